@@ -1,0 +1,47 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrNotFound is returned by Store.Get when no live record exists.
+	ErrNotFound = errors.New("idemkit/server: record not found")
+	// ErrInFlight means another attempt holds the claim (a concurrent
+	// uncommitted claim outlasted the lock timeout). HTTP: 409 + Retry-After.
+	ErrInFlight = errors.New("idemkit/server: request with this key is in flight")
+	// ErrLeaseLost means a completion, release or extension used a fencing
+	// token that is no longer current: the lease ran out and another attempt
+	// took the claim over.
+	ErrLeaseLost = errors.New("idemkit/server: lease lost to a newer claim")
+	// ErrStoreBusy means the store could not take the write in time (SQLite's
+	// single writer, PostgreSQL serialization). HTTP: 503 + Retry-After.
+	ErrStoreBusy = errors.New("idemkit/server: store busy")
+	// ErrStoreUnavailable means the store could not be reached. HTTP: 503;
+	// the handler does not run (fail closed).
+	ErrStoreUnavailable = errors.New("idemkit/server: store unavailable")
+	// ErrKeyMissing: a protected route got no Idempotency-Key. HTTP: 400.
+	ErrKeyMissing = errors.New("idemkit/server: Idempotency-Key header missing")
+	// ErrKeyInvalid: the key is empty, too long, has control characters, or
+	// the header is repeated. HTTP: 400. Wrapped by *KeyError.
+	ErrKeyInvalid = errors.New("idemkit/server: invalid Idempotency-Key")
+	// ErrFingerprintMismatch: the key was used before with a different
+	// request. HTTP: 422.
+	ErrFingerprintMismatch = errors.New("idemkit/server: idempotency key reused with a different request")
+	// ErrBodyTooLarge: the request body is larger than the fingerprint limit.
+	// HTTP: 413.
+	ErrBodyTooLarge = errors.New("idemkit/server: request body too large to fingerprint")
+	// ErrUnauthenticated wraps the error of Config.PrincipalFunc. HTTP: 401.
+	ErrUnauthenticated = errors.New("idemkit/server: no principal")
+)
+
+// KeyError describes why an Idempotency-Key was rejected.
+type KeyError struct {
+	Reason string
+}
+
+func (e *KeyError) Error() string { return fmt.Sprintf("%v: %s", ErrKeyInvalid, e.Reason) }
+
+// Is reports whether target is ErrKeyInvalid.
+func (e *KeyError) Is(target error) bool { return target == ErrKeyInvalid }

@@ -1,0 +1,139 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// State is the state of an idempotency record.
+type State string
+
+const (
+	// StateInProgress: a claim is held and the handler has not finished. In
+	// lease mode the row is committed and LockedUntil bounds the claim; in
+	// transactional mode the row is never visible in this state to other
+	// transactions (it commits completed, or not at all).
+	StateInProgress State = "in_progress"
+	// StateCompleted: the response is stored and every duplicate replays it.
+	StateCompleted State = "completed"
+)
+
+// Scope identifies one record: who sent the key, to which operation, and the
+// key itself. Principal is mandatory. Endpoint is "METHOD pattern" by default,
+// or EndpointAny when keys are principal-wide.
+type Scope struct {
+	Principal string
+	Endpoint  string
+	Key       string
+}
+
+// EndpointAny is the Endpoint of every Scope when keys are principal-wide
+// (Config.PrincipalWideKeys).
+const EndpointAny = "*"
+
+// StoredResponse is what a replay sends: the status, the allowlisted headers
+// and the body, byte for byte.
+type StoredResponse struct {
+	Status int
+	Header http.Header
+	Body   []byte
+	// BodyOmitted is true when the body was larger than the storage cap and
+	// was passed through to the first caller but not stored. A replay then
+	// sends the status and headers with an empty body and the header
+	// Idempotent-Response-Omitted: true; it never runs the handler again.
+	BodyOmitted bool
+}
+
+// Record is one row of the idempotency store.
+type Record struct {
+	Scope
+	State              State
+	Fingerprint        []byte // SHA-256 of the canonical request, never the request
+	FingerprintVersion int
+	// Token is the fencing token of the current claim. It starts at 1 and
+	// grows by one at every takeover (an expired lease, or an expired record
+	// claimed anew).
+	Token       int64
+	LockedUntil time.Time // lease end; meaningful while State is StateInProgress
+	Response    *StoredResponse
+	CreatedAt   time.Time
+	ExpiresAt   time.Time
+}
+
+// ClaimRequest asks the store to claim a scope.
+type ClaimRequest struct {
+	Scope
+	Fingerprint        []byte
+	FingerprintVersion int
+	// Now is the time of the claim. Stores compare it, never their own clock,
+	// with expires_at and locked_until, so tests can inject time.
+	Now time.Time
+	// ExpiresAt is Now plus the retention window.
+	ExpiresAt time.Time
+	// LockedUntil is the end of the lease (lease mode), or Now plus the lock
+	// timeout (transactional mode).
+	LockedUntil time.Time
+}
+
+// ClaimResult is the outcome of a claim.
+type ClaimResult struct {
+	// Acquired is true when this caller now owns the scope: no live record
+	// existed, the existing record had expired, or its in-progress lease had
+	// run out and its fingerprint matched (a takeover).
+	Acquired bool
+	// Token is the fencing token of the acquired claim.
+	Token int64
+	// TakenOver is true when Acquired came from an in-progress record whose
+	// lease had run out.
+	TakenOver bool
+	// Existing is the live record that prevented the claim, when Acquired is
+	// false. It is never an expired record.
+	Existing *Record
+}
+
+// Store is where idempotency records live. PostgresStore and SQLiteStore
+// implement it; the conformance suite in package storetest checks any other
+// implementation against the same contract.
+//
+// Every method takes the time explicitly; a record whose ExpiresAt is not
+// after now is treated as absent by every method.
+type Store interface {
+	// Claim claims req.Scope in one atomic statement (insert, or overwrite an
+	// expired row, or take over a lapsed lease with a matching fingerprint)
+	// and commits it. When it does not acquire, it returns the live record.
+	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
+	// Complete stores resp for a claim held with token and marks the record
+	// completed. It returns ErrLeaseLost if the token is no longer current.
+	Complete(ctx context.Context, s Scope, token int64, now time.Time, resp *StoredResponse) error
+	// Release deletes an in-progress claim held with token, so a retry runs
+	// the handler again. It returns ErrLeaseLost if the token is not current.
+	Release(ctx context.Context, s Scope, token int64) error
+	// ExtendLease moves locked_until of an in-progress claim held with token.
+	// It returns ErrLeaseLost if the token is not current.
+	ExtendLease(ctx context.Context, s Scope, token int64, lockedUntil time.Time) error
+	// Get returns the live record for s, or ErrNotFound.
+	Get(ctx context.Context, s Scope, now time.Time) (*Record, error)
+	// BeginTx starts a transaction for transactional mode. A wait longer than
+	// lockTimeout on a concurrent, uncommitted claim of the same scope makes
+	// the claim fail with ErrInFlight.
+	BeginTx(ctx context.Context, lockTimeout time.Duration) (StoreTx, error)
+	// Sweep deletes records whose ExpiresAt is not after now, in chunks, and
+	// returns how many it deleted.
+	Sweep(ctx context.Context, now time.Time) (int, error)
+}
+
+// StoreTx is a transaction in transactional mode: the claim, the handler's
+// effect and the stored response commit together, or not at all.
+type StoreTx interface {
+	// Claim is Store.Claim inside the transaction; nothing is committed.
+	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
+	// Complete is Store.Complete inside the transaction.
+	Complete(ctx context.Context, s Scope, token int64, now time.Time, resp *StoredResponse) error
+	Commit(ctx context.Context) error
+	// Rollback aborts the transaction. It is safe to call after Commit.
+	Rollback(ctx context.Context) error
+	// Handle is the driver transaction the handler writes its effect on: a
+	// pgx.Tx for PostgresStore, a *sql.Tx for SQLiteStore.
+	Handle() any
+}
