@@ -1,0 +1,223 @@
+package server
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Mode selects how the middleware holds a claim while the handler runs.
+type Mode int
+
+const (
+	// ModeLease commits an in-progress claim with a lease before the handler
+	// runs, extends the lease while it runs and completes it with a
+	// compare-and-set on the fencing token. Use it when the effect lives
+	// outside the idempotency store's database (a payment processor, an
+	// email); forward the key downstream (see ScopeFromContext).
+	ModeLease Mode = iota
+	// ModeTransactional claims the key, runs the handler and stores the
+	// response in one database transaction, which the handler writes its
+	// effect on (see PgxTx and SQLTx). A rollback, a 5xx, a panic or a crash
+	// leaves neither claim nor effect behind.
+	ModeTransactional
+)
+
+// String returns "lease" or "transactional".
+func (m Mode) String() string {
+	switch m {
+	case ModeLease:
+		return "lease"
+	case ModeTransactional:
+		return "transactional"
+	default:
+		return fmt.Sprintf("Mode(%d)", int(m))
+	}
+}
+
+// PrincipalFunc returns the identity that scopes a request's keys: an account,
+// a tenant, an API-key id. It must never return the same principal for two
+// parties that must not see each other's responses. An error answers the
+// request with 401 and the problem type unauthenticated.
+type PrincipalFunc func(r *http.Request) (string, error)
+
+// EndpointFunc returns the operation part of a request's scope. Two requests
+// with the same principal and key but different endpoints are independent.
+type EndpointFunc func(r *http.Request) string
+
+// DefaultEndpoint returns r.Method, a space and the route pattern that
+// http.ServeMux matched (r.Pattern without its method and host parts), or
+// r.URL.Path when there is no pattern. For the pattern to be set, wrap the
+// handler you register, not the mux:
+//
+//	mux.Handle("POST /payments", m.Wrap(payments))
+func DefaultEndpoint(r *http.Request) string {
+	p := r.Pattern
+	if p == "" {
+		return r.Method + " " + r.URL.Path
+	}
+	if i := strings.IndexAny(p, " \t"); i >= 0 {
+		p = strings.TrimLeft(p[i:], " \t")
+	}
+	if i := strings.IndexByte(p, '/'); i > 0 {
+		p = p[i:] // drop the host
+	}
+	return r.Method + " " + p
+}
+
+// Defaults of Config.
+const (
+	WindowDefault              = 24 * time.Hour
+	LeaseDurationDefault       = 30 * time.Second
+	LockTimeoutDefault         = 3 * time.Second
+	MaxFingerprintBytesDefault = 1 << 20
+	MaxResponseBytesDefault    = 1 << 20
+)
+
+// ReplayHeadersDefault is the default Config.ReplayHeaders.
+var ReplayHeadersDefault = []string{
+	"Content-Type", "Content-Language", "Content-Encoding", "Content-Disposition",
+	"Location", "Link", "ETag", "Last-Modified",
+}
+
+// Config configures a Middleware. The zero value is not valid: PrincipalFunc
+// is required.
+type Config struct {
+	// PrincipalFunc identifies who sent a request. Keys are scoped to it, so
+	// two principals never share a record; an empty principal is treated
+	// like an error (401). It is required: New returns an error naming this
+	// field without it. Defaults to nil, which New rejects.
+	PrincipalFunc PrincipalFunc
+
+	// Mode selects lease or transactional claims. Defaults to ModeLease.
+	Mode Mode
+
+	// Window is how long a key is remembered after its first use: a retry
+	// within it is replayed, one after it runs as a new request. It is
+	// published on every keyed response in the Idempotency-Window header, in
+	// whole seconds. Defaults to WindowDefault (24h).
+	Window time.Duration
+
+	// LeaseDuration bounds an in-progress claim in lease mode: if the
+	// process dies, a retry after the lease ends takes the claim over. The
+	// middleware extends the lease every LeaseDuration/3 while the handler
+	// runs. Defaults to LeaseDurationDefault (30s).
+	LeaseDuration time.Duration
+
+	// LockTimeout is how long a claim in transactional mode waits on a
+	// concurrent uncommitted claim of the same key before answering 409.
+	// Defaults to LockTimeoutDefault (3s).
+	LockTimeout time.Duration
+
+	// PrincipalWideKeys takes the endpoint out of the scope: a key then
+	// names one intent of a principal, whatever route it is sent to, and
+	// reusing it on another endpoint is a 422 (the fingerprint covers method
+	// and path). Defaults to false: keys are scoped per endpoint.
+	PrincipalWideKeys bool
+
+	// AllowMissingKey passes requests without an Idempotency-Key straight
+	// to the handler instead of answering 400. Defaults to false.
+	AllowMissingKey bool
+
+	// EndpointFunc returns the endpoint part of the scope; an empty result
+	// falls back to DefaultEndpoint. Ignored when PrincipalWideKeys is set.
+	// Defaults to DefaultEndpoint.
+	EndpointFunc EndpointFunc
+
+	// MaxFingerprintBytes is the largest request body the middleware reads
+	// to fingerprint; a larger body is answered with 413. Defaults to
+	// MaxFingerprintBytesDefault (1 MiB).
+	MaxFingerprintBytes int64
+
+	// MaxResponseBytes is the largest response body stored for replay. A
+	// larger body is sent to the first caller but not stored; a replay then
+	// sends the status and headers, an empty body and
+	// Idempotent-Response-Omitted: true. Defaults to MaxResponseBytesDefault
+	// (1 MiB).
+	MaxResponseBytes int
+
+	// ReplayHeaders lists the response headers stored and replayed.
+	// Set-Cookie, Authorization, Proxy-Authorization, hop-by-hop headers,
+	// Content-Length and idemkit's own headers are never stored, even if
+	// listed. Defaults to ReplayHeadersDefault.
+	ReplayHeaders []string
+
+	// OnEventFunc, if set, is called once for every keyed request, after
+	// its response was written. It must not retain r. Defaults to nil.
+	OnEventFunc func(r *http.Request, e Event)
+
+	// Logger receives warnings (lost leases, store errors after the
+	// handler ran, panics). Defaults to slog.Default().
+	Logger *slog.Logger
+
+	// Registerer, if set, receives the middleware's Prometheus collectors
+	// (see metrics.go). Defaults to nil: no metrics.
+	Registerer prometheus.Registerer
+}
+
+// WithDefaults returns a copy of c with every unset (zero) field set to its
+// default. It is safe to call on a nil Config. Negative values are kept, and
+// New rejects them.
+func (c *Config) WithDefaults() *Config {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	out.Window = cmp.Or(out.Window, WindowDefault)
+	out.LeaseDuration = cmp.Or(out.LeaseDuration, LeaseDurationDefault)
+	out.LockTimeout = cmp.Or(out.LockTimeout, LockTimeoutDefault)
+	out.MaxFingerprintBytes = cmp.Or(out.MaxFingerprintBytes, MaxFingerprintBytesDefault)
+	out.MaxResponseBytes = cmp.Or(out.MaxResponseBytes, MaxResponseBytesDefault)
+	if out.EndpointFunc == nil {
+		out.EndpointFunc = DefaultEndpoint
+	}
+	if out.ReplayHeaders == nil {
+		out.ReplayHeaders = ReplayHeadersDefault
+	}
+	out.ReplayHeaders = append([]string(nil), out.ReplayHeaders...)
+	out.Logger = cmp.Or(out.Logger, slog.Default())
+	return &out
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.PrincipalFunc == nil {
+		errs = append(errs, errors.New("Config.PrincipalFunc is required: keys must be scoped to who sent them"))
+	}
+	if c.Mode != ModeLease && c.Mode != ModeTransactional {
+		errs = append(errs, fmt.Errorf("Config.Mode: unknown mode %d", int(c.Mode)))
+	}
+	if c.Window < time.Second {
+		errs = append(errs, fmt.Errorf("Config.Window must be at least 1s, got %v", c.Window))
+	}
+	if c.LeaseDuration < 3*time.Millisecond {
+		errs = append(errs, fmt.Errorf("Config.LeaseDuration too short: %v", c.LeaseDuration))
+	}
+	if c.LeaseDuration >= c.Window {
+		errs = append(errs, fmt.Errorf("Config.LeaseDuration (%v) must be shorter than Config.Window (%v)", c.LeaseDuration, c.Window))
+	}
+	if c.LockTimeout < time.Millisecond {
+		errs = append(errs, fmt.Errorf("Config.LockTimeout must be at least 1ms, got %v", c.LockTimeout))
+	}
+	if c.MaxFingerprintBytes < 0 {
+		errs = append(errs, fmt.Errorf("Config.MaxFingerprintBytes must not be negative, got %d", c.MaxFingerprintBytes))
+	}
+	if c.MaxResponseBytes < 0 {
+		errs = append(errs, fmt.Errorf("Config.MaxResponseBytes must not be negative, got %d", c.MaxResponseBytes))
+	}
+	for _, h := range c.ReplayHeaders {
+		if h == "" || strings.ContainsAny(h, " \t\r\n:") {
+			errs = append(errs, fmt.Errorf("Config.ReplayHeaders: invalid header name %q", h))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("idemkit/server: invalid config: %w", errors.Join(errs...))
+	}
+	return nil
+}

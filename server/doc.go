@@ -1,0 +1,97 @@
+// Package server makes unsafe HTTP requests idempotent: a net/http
+// middleware that turns "the client retried" into "nothing happened twice",
+// over a PostgreSQL or SQLite store.
+//
+// # In 30 seconds
+//
+//	db, err := server.OpenSQLite(ctx, "idem.db")           // or NewPostgresStore(pool, nil)
+//	store, err := server.NewSQLiteStore(db, nil)
+//	err = store.Migrate(ctx)
+//	m, err := server.New(store, &server.Config{
+//		PrincipalFunc: func(r *http.Request) (string, error) { return accountID(r) },
+//	})
+//	mux := http.NewServeMux()
+//	mux.Handle("POST /payments", m.Wrap(payments)) // wrap the route, not the mux
+//
+// A client sends Idempotency-Key: <uuid> with a POST. The first request runs
+// the handler and stores its response; every retry with the same key and the
+// same request gets that response back, byte for byte, with
+// Idempotent-Replayed: true, and the handler does not run again.
+//
+// # The contract
+//
+//	first request with a key          the handler's response (stored)
+//	same key, same request, completed the stored status, allowlisted headers and body + Idempotent-Replayed: true
+//	same key while the first runs     409 in-flight + Retry-After (the remaining lease, at least 1 s)
+//	same key, different request       422 key-reused
+//	no key                            400 key-missing (or pass through: Config.AllowMissingKey)
+//	malformed key                     400 key-invalid
+//	body over MaxFingerprintBytes     413 body-too-large
+//	no principal                      401 unauthenticated
+//	store unreachable / busy          503 store-unavailable / store-busy + Retry-After; the handler does not run
+//	handler answered 5xx or panicked  the 5xx (a 500 handler-panic problem for a panic); nothing stored, the key is free
+//
+// Every response to a keyed request carries Idempotency-Window: the
+// retention window (Config.Window, 24 h by default) in seconds. Errors are
+// RFC 9457 application/problem+json with Cache-Control: no-store and a type
+// URI under [ProblemTypeBase]; docs/problems.md describes each. Safe methods
+// (GET, HEAD, OPTIONS, TRACE) pass through untouched.
+//
+// # Scope
+//
+// A key is scoped to (principal, endpoint, key). The principal comes from
+// [Config.PrincipalFunc] and is required: two tenants who both send the key
+// "retry-1" never see, nor collide with, each other's records. The endpoint
+// is the method and the http.ServeMux route pattern by default
+// ([DefaultEndpoint]), so one key on POST /payments and POST /refunds is two
+// operations; with [Config.PrincipalWideKeys] a key names one intent of the
+// principal across routes, and reusing it on another route is a 422.
+//
+// # Fingerprint
+//
+// A retry must be the same request. [Fingerprint] hashes a versioned
+// canonical form of the method, path, query and body (JSON bodies
+// canonicalised by [CanonicalJSON]: key order, whitespace and number spelling
+// do not matter, big numbers keep every digit). Only the hash and its version
+// are stored, never the request.
+//
+// # Modes
+//
+// [ModeLease] (the default) is for effects outside the store's database: the
+// claim commits in_progress with a lease and a fencing token before the
+// handler runs, a heartbeat extends the lease every LeaseDuration/3, and the
+// response is stored with a compare-and-set on the token. If the process
+// dies, a retry after the lease takes the claim over and runs the handler
+// again, so forward the key downstream ([ScopeFromContext]).
+//
+// [ModeTransactional] is for effects in the same database: the claim, the
+// handler's writes (on [PgxTx] or [SQLTx]) and the stored response commit in
+// one transaction. A 5xx, a panic or a crash rolls all of it back and frees
+// the key. With SQLite, whose single writer is held for the transaction, keep
+// handlers short: concurrent transactional requests on other keys wait up to
+// Config.LockTimeout and then get 503 store-busy.
+//
+// # Responses
+//
+// The handler's response is buffered and only sent once it is stored (lease
+// mode) or committed (transactional mode). Flush is a no-op while buffering;
+// Hijack is refused. A body larger than Config.MaxResponseBytes is sent in
+// full but not stored: in lease mode the record is completed as soon as the
+// body passes the cap and the rest streams through; a replay sends the
+// status and headers, an empty body and Idempotent-Response-Omitted: true,
+// and never runs the handler. Set-Cookie, Authorization and hop-by-hop
+// headers are never stored.
+//
+// # Observability
+//
+// [Config.OnEventFunc] receives one [Event] per keyed request (outcome,
+// status, token, takeover, error, duration); [Config.Registerer] exports
+// Prometheus counters of claims, replays, conflicts, mismatches, releases,
+// takeovers, lost leases and store errors, and a claim latency histogram.
+//
+// # Stability
+//
+// The package is pre-1.0: exported names may still change. Fingerprint
+// version 1 is frozen (testdata/fingerprint_golden.json); any change to the
+// canonical form gets a new version.
+package server

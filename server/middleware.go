@@ -1,0 +1,611 @@
+package server
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Response headers set by the middleware.
+const (
+	// HeaderReplayed marks a stored response: the handler did not run.
+	HeaderReplayed = "Idempotent-Replayed"
+	// HeaderOmitted marks the replay of a response whose body was too large
+	// to store: the status and headers are the original, the body is empty.
+	HeaderOmitted = "Idempotent-Response-Omitted"
+	// HeaderWindow is on every response to a keyed request: the retention
+	// window in whole seconds.
+	HeaderWindow = "Idempotency-Window"
+)
+
+// Outcome says what the middleware did with a request.
+type Outcome string
+
+const (
+	// OutcomeExecuted: the handler ran and its response was stored.
+	OutcomeExecuted Outcome = "executed"
+	// OutcomeReplayed: a stored response was sent; the handler did not run.
+	OutcomeReplayed Outcome = "replayed"
+	// OutcomeInFlight: 409, another attempt with the key is in progress.
+	OutcomeInFlight Outcome = "conflict"
+	// OutcomeMismatch: 422, the key was used with a different request.
+	OutcomeMismatch Outcome = "mismatch"
+	// OutcomeRejected: 400, 401 or 413 before any claim.
+	OutcomeRejected Outcome = "rejected"
+	// OutcomeReleased: the handler answered 5xx or panicked; the claim was
+	// released (or rolled back) and nothing was stored.
+	OutcomeReleased Outcome = "released"
+	// OutcomeStoreError: 503, the store failed; the handler did not run, or
+	// (transactional mode) its effect was rolled back.
+	OutcomeStoreError Outcome = "store_error"
+	// OutcomePassThrough: no key and Config.AllowMissingKey; the handler ran
+	// unprotected.
+	OutcomePassThrough Outcome = "pass_through"
+)
+
+// Event describes one keyed request, for Config.OnEventFunc.
+type Event struct {
+	// Scope is the request's scope; empty for requests rejected before it
+	// was known.
+	Scope   Scope
+	Outcome Outcome
+	// Status is the status sent to the client (0 for OutcomePassThrough).
+	Status int
+	// Token is the fencing token of the claim the handler ran under.
+	Token int64
+	// TakenOver is true when the claim took over a lapsed lease.
+	TakenOver bool
+	// Err is the error behind the outcome, if any: the store error, a lost
+	// lease, the PrincipalFunc error, a key error, a recovered panic.
+	Err error
+	// Duration is the time the middleware spent on the request.
+	Duration time.Duration
+}
+
+// Middleware makes unsafe requests idempotent: it claims each request's
+// (principal, endpoint, key) scope in a Store, runs the handler once, stores
+// its response and replays it to every retry within the window.
+type Middleware struct {
+	store         Store
+	cfg           *Config
+	metrics       *metrics
+	window        string
+	replayHeaders map[string]bool
+	timeNowFunc   func() time.Time
+}
+
+// New returns a Middleware over store, configured by cfg with defaults
+// filled in (see Config.WithDefaults). Config.PrincipalFunc is required, so a
+// nil cfg is an error naming it. New also fails if the collectors cannot be
+// registered on Config.Registerer.
+func New(store Store, cfg *Config) (*Middleware, error) {
+	if store == nil {
+		return nil, errors.New("idemkit/server: New: store is nil")
+	}
+	c := cfg.WithDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	met, err := newMetrics(c.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	allowed := make(map[string]bool, len(c.ReplayHeaders))
+	for _, h := range c.ReplayHeaders {
+		h = http.CanonicalHeaderKey(h)
+		if !neverStored[h] {
+			allowed[h] = true
+		}
+	}
+	return &Middleware{
+		store:         store,
+		cfg:           c,
+		metrics:       met,
+		window:        strconv.FormatInt(int64(c.Window/time.Second), 10),
+		replayHeaders: allowed,
+		timeNowFunc:   time.Now,
+	}, nil
+}
+
+// neverStored are headers never stored for replay, whatever
+// Config.ReplayHeaders says.
+var neverStored = map[string]bool{
+	"Set-Cookie": true, "Authorization": true, "Proxy-Authorization": true, "Proxy-Authenticate": true,
+	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Te": true, "Trailer": true,
+	"Transfer-Encoding": true, "Upgrade": true, "Content-Length": true,
+	HeaderReplayed: true, HeaderOmitted: true, HeaderWindow: true, "Retry-After": true,
+}
+
+func (m *Middleware) now() time.Time { return m.timeNowFunc() }
+
+// Wrap returns next protected by m. Requests with a safe method (GET, HEAD,
+// OPTIONS, TRACE) pass through untouched. Wrap the handler registered on an
+// http.ServeMux, not the mux, so that the default endpoint sees r.Pattern.
+func (m *Middleware) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+			next.ServeHTTP(w, r)
+			return
+		}
+		m.serve(w, r, next)
+	})
+}
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	start := time.Now()
+	ev := Event{}
+	defer func() {
+		// Runs on every return, and on the re-panic of http.ErrAbortHandler.
+		ev.Duration = time.Since(start)
+		m.metrics.outcome(ev.Outcome)
+		if m.cfg.OnEventFunc != nil {
+			m.cfg.OnEventFunc(r, ev)
+		}
+	}()
+
+	key, keyErr := ParseKey(r.Header.Values(HeaderKey))
+	if keyErr != nil && errors.Is(keyErr, ErrKeyMissing) && m.cfg.AllowMissingKey {
+		ev.Outcome = OutcomePassThrough
+		next.ServeHTTP(w, r)
+		return
+	}
+	w.Header().Set(HeaderWindow, m.window)
+
+	principal, err := m.cfg.PrincipalFunc(r)
+	if err == nil && principal == "" {
+		err = errors.New("PrincipalFunc returned an empty principal")
+	}
+	if err != nil {
+		ev.Err = fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+		m.reject(w, &ev, http.StatusUnauthorized, ProblemUnauthenticated, "The request has no authenticated principal, so its Idempotency-Key cannot be scoped.")
+		return
+	}
+	if keyErr != nil {
+		ev.Err = keyErr
+		if errors.Is(keyErr, ErrKeyMissing) {
+			m.reject(w, &ev, http.StatusBadRequest, ProblemKeyMissing, "This operation requires an Idempotency-Key header; mint one key per intent (a UUIDv4) and resend it on every retry.")
+			return
+		}
+		detail := "The Idempotency-Key header is malformed."
+		var ke *KeyError
+		if errors.As(keyErr, &ke) {
+			detail = "The Idempotency-Key header is malformed: " + ke.Reason + "."
+		}
+		m.reject(w, &ev, http.StatusBadRequest, ProblemKeyInvalid, detail)
+		return
+	}
+
+	body, err := readBody(r, m.cfg.MaxFingerprintBytes)
+	if err != nil {
+		ev.Err = err
+		if errors.Is(err, ErrBodyTooLarge) {
+			m.reject(w, &ev, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
+				fmt.Sprintf("The request body is larger than %d bytes, the most this server fingerprints for idempotent requests.", m.cfg.MaxFingerprintBytes))
+			return
+		}
+		m.reject(w, &ev, http.StatusBadRequest, ProblemBodyUnreadable, "The request body could not be read.")
+		return
+	}
+	fp, version := Fingerprint(r, body)
+
+	scope := Scope{Principal: principal, Endpoint: EndpointAny, Key: key}
+	if !m.cfg.PrincipalWideKeys {
+		scope.Endpoint = cmp.Or(m.cfg.EndpointFunc(r), DefaultEndpoint(r))
+	}
+	ev.Scope = scope
+
+	r = r.WithContext(context.WithValue(r.Context(), ctxKeyScope, scope))
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+
+	if m.cfg.Mode == ModeTransactional {
+		m.serveTx(w, r, next, scope, fp, version, &ev)
+		return
+	}
+	m.serveLease(w, r, next, scope, fp, version, &ev)
+}
+
+// readBody reads at most limit bytes of r.Body. It returns ErrBodyTooLarge if
+// there are more.
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	if r.ContentLength > limit {
+		return nil, fmt.Errorf("%w: Content-Length %d > %d", ErrBodyTooLarge, r.ContentLength, limit)
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, fmt.Errorf("%w: %w", ErrBodyTooLarge, err)
+		}
+		return nil, fmt.Errorf("idemkit/server: read request body: %w", err)
+	}
+	if int64(len(body)) > limit {
+		return nil, fmt.Errorf("%w: more than %d bytes", ErrBodyTooLarge, limit)
+	}
+	return body, nil
+}
+
+func (m *Middleware) reject(w http.ResponseWriter, ev *Event, status int, slug, detail string) {
+	ev.Outcome, ev.Status = OutcomeRejected, status
+	writeProblem(w, status, slug, detail, 0)
+}
+
+func (m *Middleware) claimRequest(scope Scope, fp []byte, version int, hold time.Duration) ClaimRequest {
+	now := m.now()
+	return ClaimRequest{
+		Scope:              scope,
+		Fingerprint:        fp,
+		FingerprintVersion: version,
+		Now:                now,
+		ExpiresAt:          now.Add(m.cfg.Window),
+		LockedUntil:        now.Add(hold),
+	}
+}
+
+func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fp []byte, version int, ev *Event) {
+	ctx := r.Context()
+	req := m.claimRequest(scope, fp, version, m.cfg.LeaseDuration)
+	t0 := time.Now()
+	res, err := m.store.Claim(ctx, req)
+	m.metrics.claimTime.Observe(time.Since(t0).Seconds())
+	if err != nil {
+		m.storeFailure(w, r, ev, "claim", err)
+		return
+	}
+	if !res.Acquired {
+		m.answerExisting(w, r, res.Existing, fp, version, ev)
+		return
+	}
+	m.acquired(ev, res)
+	cleanup := context.WithoutCancel(ctx)
+	hb := m.startHeartbeat(cleanup, scope, res.Token)
+	defer hb.stop()
+
+	rec := newRecorder(w, m.cfg.MaxResponseBytes)
+	rec.overflowFunc = func() bool {
+		status, _ := rec.result()
+		if status >= 500 {
+			return false // keep buffering; the claim will be released
+		}
+		hb.stop()
+		ev.Err = m.complete(cleanup, r, scope, res.Token, m.storedResponse(rec, true))
+		return true
+	}
+	pv, panicked := runHandler(next, rec, r)
+	hb.stop()
+
+	if panicked {
+		if rec.streaming {
+			// The status and part of the body are out and the record says
+			// completed: all that is left is to cut the response short.
+			m.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idemkit: handler panicked after its response started streaming",
+				scopeAttrs(scope, slog.Any("panic", pv))...)
+			panic(http.ErrAbortHandler)
+		}
+		m.release(cleanup, r, scope, res.Token)
+		m.panicked(w, r, ev, pv)
+		return
+	}
+	status, _ := rec.result()
+	ev.Status = status
+	if rec.streaming {
+		ev.Outcome = OutcomeExecuted
+		return
+	}
+	if status >= 500 {
+		m.release(cleanup, r, scope, res.Token)
+		ev.Outcome = OutcomeReleased
+		rec.send(nil)
+		return
+	}
+	ev.Err = m.complete(cleanup, r, scope, res.Token, m.storedResponse(rec, rec.overflowed))
+	ev.Outcome = OutcomeExecuted
+	rec.send(nil)
+}
+
+// complete stores resp for the lease-mode claim. A failure is logged and
+// returned, but the response is still sent: the handler's effect happened.
+func (m *Middleware) complete(ctx context.Context, r *http.Request, scope Scope, token int64, resp *StoredResponse) error {
+	err := m.store.Complete(ctx, scope, token, m.now(), resp)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrLeaseLost) {
+		m.metrics.leaseLost.Inc()
+		m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn,
+			"idemkit: lease lost before completion; the response is sent but not stored (a retry took the claim over)",
+			scopeAttrs(scope, slog.Int64("token", token))...)
+		return err
+	}
+	m.metrics.storeError("complete")
+	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError,
+		"idemkit: could not store the response; it is sent but a retry after the lease may run the handler again",
+		scopeAttrs(scope, slog.Int64("token", token), slog.Any("error", err))...)
+	return err
+}
+
+// release frees a lease-mode claim after a 5xx or a panic.
+func (m *Middleware) release(ctx context.Context, r *http.Request, scope Scope, token int64) {
+	m.metrics.releases.Inc()
+	err := m.store.Release(ctx, scope, token)
+	if err == nil {
+		return
+	}
+	if errors.Is(err, ErrLeaseLost) {
+		m.metrics.leaseLost.Inc()
+	} else {
+		m.metrics.storeError("release")
+	}
+	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "idemkit: could not release the claim; a retry waits for the lease to end",
+		scopeAttrs(scope, slog.Int64("token", token), slog.Any("error", err))...)
+}
+
+func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fp []byte, version int, ev *Event) {
+	ctx := r.Context()
+	cleanup := context.WithoutCancel(ctx)
+	// Fast path for replays: a completed record never changes until it
+	// expires, so a plain read answers a duplicate without a transaction (and,
+	// on SQLite, without waiting for the single writer). Absence proves
+	// nothing here; only the claim below decides who runs the handler.
+	if rec, err := m.store.Get(ctx, scope, m.now()); err == nil && rec.State == StateCompleted {
+		m.answerExisting(w, r, rec, fp, version, ev)
+		return
+	}
+	tx, err := m.store.BeginTx(ctx, m.cfg.LockTimeout)
+	if err != nil {
+		m.storeFailure(w, r, ev, "begin", err)
+		return
+	}
+	defer func() { _ = tx.Rollback(cleanup) }() // a no-op after Commit
+	req := m.claimRequest(scope, fp, version, m.cfg.LockTimeout)
+	t0 := time.Now()
+	res, err := tx.Claim(ctx, req)
+	m.metrics.claimTime.Observe(time.Since(t0).Seconds())
+	if err != nil {
+		_ = tx.Rollback(cleanup)
+		m.storeFailure(w, r, ev, "claim", err)
+		return
+	}
+	if !res.Acquired {
+		_ = tx.Rollback(cleanup)
+		m.answerExisting(w, r, res.Existing, fp, version, ev)
+		return
+	}
+	m.acquired(ev, res)
+
+	rec := newRecorder(w, m.cfg.MaxResponseBytes)
+	r = r.WithContext(context.WithValue(r.Context(), ctxKeyTx, tx.Handle()))
+	pv, panicked := runHandler(next, rec, r)
+	if panicked {
+		_ = tx.Rollback(cleanup)
+		m.metrics.releases.Inc()
+		m.panicked(w, r, ev, pv)
+		return
+	}
+	status, _ := rec.result()
+	if status >= 500 {
+		_ = tx.Rollback(cleanup)
+		m.metrics.releases.Inc()
+		ev.Outcome, ev.Status = OutcomeReleased, status
+		rec.send(nil)
+		return
+	}
+	err = tx.Complete(cleanup, scope, res.Token, m.now(), m.storedResponse(rec, rec.overflowed))
+	op := "complete"
+	if err == nil {
+		op = "commit"
+		err = tx.Commit(cleanup)
+	}
+	if err != nil {
+		_ = tx.Rollback(cleanup)
+		m.metrics.storeError(op)
+		m.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idemkit: transaction failed after the handler ran; its effect was rolled back",
+			scopeAttrs(scope, slog.String("op", op), slog.Any("error", err))...)
+		ev.Outcome, ev.Status, ev.Err = OutcomeStoreError, http.StatusServiceUnavailable, err
+		slug := ProblemStoreUnavailable
+		if errors.Is(err, ErrStoreBusy) {
+			slug = ProblemStoreBusy
+		}
+		writeProblem(w, http.StatusServiceUnavailable, slug,
+			"The result could not be committed, so nothing was applied. Retry with the same Idempotency-Key.", 1)
+		return
+	}
+	ev.Outcome, ev.Status = OutcomeExecuted, status
+	rec.send(nil)
+}
+
+func (m *Middleware) acquired(ev *Event, res ClaimResult) {
+	ev.Token, ev.TakenOver = res.Token, res.TakenOver
+	m.metrics.claims.Inc()
+	if res.TakenOver {
+		m.metrics.takeovers.Inc()
+	}
+}
+
+// runHandler runs next and recovers a panic.
+func runHandler(next http.Handler, w http.ResponseWriter, r *http.Request) (pv any, panicked bool) {
+	panicked = true
+	defer func() {
+		if panicked {
+			pv = recover()
+		}
+	}()
+	next.ServeHTTP(w, r)
+	return nil, false
+}
+
+// panicked answers a recovered panic with a 500 problem, or re-panics
+// http.ErrAbortHandler so that net/http aborts the response.
+func (m *Middleware) panicked(w http.ResponseWriter, r *http.Request, ev *Event, pv any) {
+	ev.Outcome, ev.Status = OutcomeReleased, http.StatusInternalServerError
+	if pv == http.ErrAbortHandler { //nolint:errorlint // the sentinel is panicked with as is
+		ev.Err = http.ErrAbortHandler
+		panic(pv)
+	}
+	ev.Err = fmt.Errorf("idemkit/server: handler panicked: %v", pv)
+	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idemkit: handler panicked; claim released",
+		scopeAttrs(ev.Scope, slog.Any("panic", pv))...)
+	writeProblem(w, http.StatusInternalServerError, ProblemHandlerPanic, "The server failed while handling the request; nothing was stored. Retry with the same Idempotency-Key.", 0)
+}
+
+// answerExisting answers a request whose claim found a live record.
+func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, ex *Record, fp []byte, version int, ev *Event) {
+	if ex == nil {
+		m.storeFailure(w, r, ev, "claim", errors.New("idemkit/server: store returned no record for an unacquired claim"))
+		return
+	}
+	if ex.FingerprintVersion != version || !bytes.Equal(ex.Fingerprint, fp) {
+		m.metrics.mismatches.Inc()
+		ev.Outcome, ev.Status, ev.Err = OutcomeMismatch, http.StatusUnprocessableEntity, ErrFingerprintMismatch
+		writeProblem(w, http.StatusUnprocessableEntity, ProblemKeyReused,
+			"This Idempotency-Key was already used for a different request (method, path or body). Use a new key for a new request.", 0)
+		return
+	}
+	if ex.State == StateCompleted {
+		if ex.Response == nil {
+			m.storeFailure(w, r, ev, "claim", errors.New("idemkit/server: completed record has no response"))
+			return
+		}
+		m.replay(w, ex.Response, ev)
+		return
+	}
+	m.metrics.conflicts.Inc()
+	retry := int(math.Ceil(ex.LockedUntil.Sub(m.now()).Seconds()))
+	ev.Outcome, ev.Status, ev.Err = OutcomeInFlight, http.StatusConflict, ErrInFlight
+	writeProblem(w, http.StatusConflict, ProblemInFlight,
+		"A request with this Idempotency-Key is still being processed. Retry after the delay in Retry-After.", max(retry, 1))
+}
+
+func (m *Middleware) replay(w http.ResponseWriter, resp *StoredResponse, ev *Event) {
+	m.metrics.replays.Inc()
+	h := w.Header()
+	for k, v := range resp.Header {
+		h[k] = v
+	}
+	h.Set(HeaderReplayed, "true")
+	if resp.BodyOmitted {
+		h.Set(HeaderOmitted, "true")
+	}
+	if bodyAllowed(resp.Status) {
+		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	}
+	ev.Outcome, ev.Status = OutcomeReplayed, resp.Status
+	w.WriteHeader(resp.Status)
+	if bodyAllowed(resp.Status) && !resp.BodyOmitted {
+		_, _ = w.Write(resp.Body)
+	}
+}
+
+// storedResponse is what gets stored for rec: the status, the allowlisted
+// headers and the body, or no body when omit is true.
+func (m *Middleware) storedResponse(rec *recorder, omit bool) *StoredResponse {
+	status, h := rec.result()
+	stored := make(http.Header)
+	for k, v := range h {
+		if m.replayHeaders[http.CanonicalHeaderKey(k)] && len(v) > 0 {
+			stored[http.CanonicalHeaderKey(k)] = append([]string(nil), v...)
+		}
+	}
+	resp := &StoredResponse{Status: status, Header: stored, BodyOmitted: omit}
+	if !omit {
+		resp.Body = bytes.Clone(rec.body.Bytes())
+		if resp.Body == nil {
+			resp.Body = []byte{}
+		}
+	}
+	return resp
+}
+
+// storeFailure answers a store error before the handler ran.
+func (m *Middleware) storeFailure(w http.ResponseWriter, r *http.Request, ev *Event, op string, err error) {
+	ev.Err = err
+	switch {
+	case errors.Is(err, ErrInFlight):
+		m.metrics.conflicts.Inc()
+		ev.Outcome, ev.Status = OutcomeInFlight, http.StatusConflict
+		writeProblem(w, http.StatusConflict, ProblemInFlight,
+			"A request with this Idempotency-Key is still being processed. Retry after the delay in Retry-After.", 1)
+		return
+	case errors.Is(err, ErrStoreBusy):
+		m.metrics.storeError(op)
+		ev.Outcome, ev.Status = OutcomeStoreError, http.StatusServiceUnavailable
+		writeProblem(w, http.StatusServiceUnavailable, ProblemStoreBusy,
+			"The idempotency store is busy; the request was not processed. Retry with the same Idempotency-Key.", 1)
+	default:
+		m.metrics.storeError(op)
+		ev.Outcome, ev.Status = OutcomeStoreError, http.StatusServiceUnavailable
+		writeProblem(w, http.StatusServiceUnavailable, ProblemStoreUnavailable,
+			"The idempotency store is unavailable; the request was not processed. Retry with the same Idempotency-Key.", 1)
+	}
+	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "idemkit: store error; request not processed",
+		scopeAttrs(ev.Scope, slog.String("op", op), slog.Any("error", err))...)
+}
+
+func scopeAttrs(s Scope, extra ...slog.Attr) []slog.Attr {
+	return append([]slog.Attr{
+		slog.String("principal", s.Principal), slog.String("endpoint", s.Endpoint), slog.String("key", s.Key),
+	}, extra...)
+}
+
+// heartbeat extends a lease every LeaseDuration/3 until stopped.
+type heartbeat struct {
+	once   sync.Once
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (m *Middleware) startHeartbeat(ctx context.Context, scope Scope, token int64) *heartbeat {
+	ctx, cancel := context.WithCancel(ctx)
+	hb := &heartbeat{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(hb.done)
+		t := time.NewTicker(m.cfg.LeaseDuration / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			err := m.store.ExtendLease(ctx, scope, token, m.now().Add(m.cfg.LeaseDuration))
+			switch {
+			case err == nil:
+			case ctx.Err() != nil:
+				return
+			case errors.Is(err, ErrLeaseLost):
+				m.metrics.leaseLost.Inc()
+				m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemkit: lease lost while the handler runs; another attempt took the key over",
+					scopeAttrs(scope, slog.Int64("token", token))...)
+				return
+			default:
+				m.metrics.storeError("extend_lease")
+				m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemkit: could not extend the lease",
+					scopeAttrs(scope, slog.Int64("token", token), slog.Any("error", err))...)
+			}
+		}
+	}()
+	return hb
+}
+
+// stop stops the heartbeat and waits for it. It is safe to call more than
+// once.
+func (hb *heartbeat) stop() {
+	hb.once.Do(func() {
+		hb.cancel()
+		<-hb.done
+	})
+}

@@ -1,0 +1,468 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// PostgresLockTimeoutDefault is the lock_timeout of a transactional-mode
+// claim when BeginTx is given none.
+const PostgresLockTimeoutDefault = 3 * time.Second
+
+// PostgresConfig configures a PostgresStore. The zero value is valid.
+type PostgresConfig struct {
+	// SweepChunkSize is the largest number of rows one DELETE of Sweep
+	// removes; Sweep repeats chunks until one is short. Defaults to
+	// SweepChunkSizeDefault (1000).
+	SweepChunkSize int
+	// LockTimeout is the lock_timeout of a transactional-mode claim when
+	// BeginTx is called with a lock timeout of 0: how long it waits on a
+	// concurrent, uncommitted claim of the same scope before failing with
+	// ErrInFlight. Defaults to PostgresLockTimeoutDefault (3s).
+	LockTimeout time.Duration
+}
+
+// WithDefaults returns a copy of c with every zero field set to its default.
+// It is safe to call on a nil receiver.
+func (c *PostgresConfig) WithDefaults() *PostgresConfig {
+	var out PostgresConfig
+	if c != nil {
+		out = *c
+	}
+	out.SweepChunkSize = cmp.Or(out.SweepChunkSize, SweepChunkSizeDefault)
+	out.LockTimeout = cmp.Or(out.LockTimeout, PostgresLockTimeoutDefault)
+	return &out
+}
+
+func (c *PostgresConfig) validate() error {
+	if c.SweepChunkSize < 0 {
+		return fmt.Errorf("idemkit/server: PostgresConfig.SweepChunkSize must not be negative, got %d", c.SweepChunkSize)
+	}
+	if c.LockTimeout < 0 {
+		return fmt.Errorf("idemkit/server: PostgresConfig.LockTimeout must not be negative, got %v", c.LockTimeout)
+	}
+	return nil
+}
+
+// PostgresStore is a Store in PostgreSQL: the production store, safe for
+// many server instances on one database. Its table lives in the pool's
+// current schema (the first schema of search_path).
+//
+// Errors are translated by SQLSTATE: a lock timeout (55P03) is ErrInFlight,
+// serialization failures and deadlocks are ErrStoreBusy, and connection
+// failures are ErrStoreUnavailable, each wrapping the pgx error.
+type PostgresStore struct {
+	pool *pgxpool.Pool
+	cfg  *PostgresConfig
+}
+
+var _ Store = (*PostgresStore)(nil)
+
+// NewPostgresStore returns a store on pool. cfg may be nil. Call Migrate
+// before first use.
+func NewPostgresStore(pool *pgxpool.Pool, cfg *PostgresConfig) (*PostgresStore, error) {
+	if pool == nil {
+		return nil, errors.New("idemkit/server: NewPostgresStore: pool is nil")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &PostgresStore{pool: pool, cfg: cfg}, nil
+}
+
+// Pool returns the pool the store uses.
+func (s *PostgresStore) Pool() *pgxpool.Pool { return s.pool }
+
+const (
+	// pgMigrateLock serialises Migrate calls on one schema across processes.
+	pgMigrateLock           = `SELECT pg_advisory_xact_lock(hashtextextended('idemkit/migrate/' || current_schema(), 0))`
+	pgCreateMigrationsTable = `CREATE TABLE IF NOT EXISTS idempotency_migrations (
+    version    integer     PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)`
+	pgSelectMigrations = `SELECT version FROM idempotency_migrations`
+	pgInsertMigration  = `INSERT INTO idempotency_migrations (version, name) VALUES ($1, $2)`
+)
+
+// Migrate applies the embedded schema migrations that the schema does not
+// have yet, in one transaction, and records them in the table
+// idempotency_migrations. It is idempotent, and safe when several processes
+// call it at once: a transaction-scoped advisory lock (per schema) makes them
+// take turns.
+func (s *PostgresStore) Migrate(ctx context.Context) error {
+	migrations, err := loadMigrations("postgres")
+	if err != nil {
+		return err
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("idemkit/server: migrate PostgreSQL: %w", interpretPostgresError(err))
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+
+	for _, q := range []string{pgMigrateLock, pgCreateMigrationsTable} {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return fmt.Errorf("idemkit/server: migrate PostgreSQL: %w", interpretPostgresError(err))
+		}
+	}
+	rows, err := tx.Query(ctx, pgSelectMigrations)
+	if err != nil {
+		return fmt.Errorf("idemkit/server: migrate PostgreSQL: %w", interpretPostgresError(err))
+	}
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return fmt.Errorf("idemkit/server: migrate PostgreSQL: %w", interpretPostgresError(err))
+	}
+	applied := make(map[int]bool, len(versions))
+	for _, v := range versions {
+		applied[int(v)] = true
+	}
+	for _, m := range migrations {
+		if applied[m.Version] {
+			continue
+		}
+		if _, err := tx.Exec(ctx, m.SQL); err != nil {
+			return fmt.Errorf("idemkit/server: migrate PostgreSQL: apply %s: %w", m.Name, interpretPostgresError(err))
+		}
+		if _, err := tx.Exec(ctx, pgInsertMigration, m.Version, m.Name); err != nil {
+			return fmt.Errorf("idemkit/server: migrate PostgreSQL: record %s: %w", m.Name, interpretPostgresError(err))
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("idemkit/server: migrate PostgreSQL: commit: %w", interpretPostgresError(err))
+	}
+	return nil
+}
+
+// pgQuerier is what *pgxpool.Pool and pgx.Tx have in common.
+type pgQuerier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+const pgRecordColumns = `principal, endpoint, key, state, fingerprint, fingerprint_version, token,
+    locked_until, response_status, response_headers, response_body, response_body_omitted, created_at, expires_at`
+
+const (
+	// pgClaim inserts a claim, or overwrites the existing row when it has
+	// expired, or takes over an in-progress row whose lease ran out and
+	// whose fingerprint matches. $6 is now. No row returned means the live
+	// row blocked the claim. created_at is kept on a takeover, so a
+	// returned created_at before now tells a takeover from a fresh claim.
+	// A concurrent uncommitted claim of the same scope makes this wait
+	// (bounded by lock_timeout in transactional mode).
+	pgClaim = `INSERT INTO idempotency_keys AS k
+    (principal, endpoint, key, state, fingerprint, fingerprint_version, token, locked_until, created_at, expires_at)
+VALUES ($1, $2, $3, 'in_progress', $4, $5, 1, $7, $6, $8)
+ON CONFLICT (principal, endpoint, key) DO UPDATE SET
+    state = 'in_progress',
+    fingerprint = EXCLUDED.fingerprint,
+    fingerprint_version = EXCLUDED.fingerprint_version,
+    token = k.token + 1,
+    locked_until = EXCLUDED.locked_until,
+    response_status = NULL,
+    response_headers = NULL,
+    response_body = NULL,
+    response_body_omitted = false,
+    completed_at = NULL,
+    created_at = CASE WHEN k.expires_at <= EXCLUDED.created_at THEN EXCLUDED.created_at ELSE k.created_at END,
+    expires_at = EXCLUDED.expires_at
+WHERE k.expires_at <= EXCLUDED.created_at
+   OR (k.state = 'in_progress'
+       AND k.locked_until <= EXCLUDED.created_at
+       AND k.fingerprint = EXCLUDED.fingerprint
+       AND k.fingerprint_version = EXCLUDED.fingerprint_version)
+RETURNING token, created_at`
+
+	pgGet = `SELECT ` + pgRecordColumns + `
+FROM idempotency_keys
+WHERE principal = $1 AND endpoint = $2 AND key = $3 AND expires_at > $4`
+
+	pgComplete = `UPDATE idempotency_keys SET
+    state = 'completed',
+    locked_until = NULL,
+    response_status = $1,
+    response_headers = $2,
+    response_body = $3,
+    response_body_omitted = $4,
+    completed_at = $5
+WHERE principal = $6 AND endpoint = $7 AND key = $8 AND token = $9 AND state = 'in_progress' AND expires_at > $5`
+
+	pgRelease = `DELETE FROM idempotency_keys
+WHERE principal = $1 AND endpoint = $2 AND key = $3 AND token = $4 AND state = 'in_progress'`
+
+	pgExtendLease = `UPDATE idempotency_keys SET locked_until = $1
+WHERE principal = $2 AND endpoint = $3 AND key = $4 AND token = $5 AND state = 'in_progress'`
+
+	// pgSweepChunk deletes one bounded chunk of expired rows, skipping rows
+	// a concurrent claim holds, in expires_at order (an index range scan).
+	pgSweepChunk = `DELETE FROM idempotency_keys WHERE (principal, endpoint, key) IN (
+    SELECT principal, endpoint, key FROM idempotency_keys
+    WHERE expires_at <= $1
+    ORDER BY expires_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED)`
+
+	pgStats = `SELECT
+    count(*),
+    count(*) FILTER (WHERE expires_at <= $1),
+    count(*) FILTER (WHERE expires_at > $1 AND state = 'in_progress'),
+    min(created_at) FILTER (WHERE expires_at > $1)
+FROM idempotency_keys`
+
+	pgSetLockTimeout = `SELECT set_config('lock_timeout', $1, true)`
+)
+
+// pgTime is t as PostgreSQL keeps it: microseconds, UTC.
+func pgTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// Claim implements Store.Claim. The claim is one INSERT ... ON CONFLICT DO
+// UPDATE ... WHERE statement, committed on return. ctx cancels the statement.
+func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
+	return pgClaimOn(ctx, s.pool, req)
+}
+
+func pgClaimOn(ctx context.Context, q pgQuerier, req ClaimRequest) (ClaimResult, error) {
+	if err := validateClaimRequest(req); err != nil {
+		return ClaimResult{}, err
+	}
+	now := pgTime(req.Now)
+	for range claimAttemptsMax {
+		var (
+			token     int64
+			createdAt time.Time
+		)
+		err := q.QueryRow(ctx, pgClaim,
+			req.Principal, req.Endpoint, req.Key, req.Fingerprint, req.FingerprintVersion,
+			now, pgTime(req.LockedUntil), pgTime(req.ExpiresAt),
+		).Scan(&token, &createdAt)
+		if err == nil {
+			return ClaimResult{Acquired: true, Token: token, TakenOver: token > 1 && !createdAt.Equal(now)}, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return ClaimResult{}, interpretPostgresError(err)
+		}
+		rec, err := pgGetOn(ctx, q, req.Scope, req.Now)
+		if errors.Is(err, ErrNotFound) {
+			continue // released between the claim and the read: claim again
+		}
+		if err != nil {
+			return ClaimResult{}, err
+		}
+		return ClaimResult{Existing: rec}, nil
+	}
+	return ClaimResult{}, fmt.Errorf("%w: %w", ErrStoreBusy, errClaimRetriesExhausted)
+}
+
+// Get implements Store.Get. It returns ErrNotFound when no record exists for
+// s or the record has expired at now.
+func (s *PostgresStore) Get(ctx context.Context, sc Scope, now time.Time) (*Record, error) {
+	if err := validateScope(sc); err != nil {
+		return nil, err
+	}
+	return pgGetOn(ctx, s.pool, sc, now)
+}
+
+func pgGetOn(ctx context.Context, q pgQuerier, sc Scope, now time.Time) (*Record, error) {
+	var (
+		rec         Record
+		state       string
+		lockedUntil *time.Time
+		status      *int32
+		headers     []byte
+		body        []byte
+		omitted     bool
+	)
+	err := q.QueryRow(ctx, pgGet, sc.Principal, sc.Endpoint, sc.Key, pgTime(now)).Scan(
+		&rec.Principal, &rec.Endpoint, &rec.Key, &state, &rec.Fingerprint, &rec.FingerprintVersion,
+		&rec.Token, &lockedUntil, &status, &headers, &body, &omitted, &rec.CreatedAt, &rec.ExpiresAt)
+	if err != nil {
+		return nil, interpretPostgresError(err)
+	}
+	rec.State = State(state)
+	rec.CreatedAt = rec.CreatedAt.UTC()
+	rec.ExpiresAt = rec.ExpiresAt.UTC()
+	if lockedUntil != nil {
+		rec.LockedUntil = lockedUntil.UTC()
+	}
+	if rec.State == StateCompleted {
+		h, err := decodeHeader(headers)
+		if err != nil {
+			return nil, err
+		}
+		if len(body) == 0 {
+			body = nil
+		}
+		var st int
+		if status != nil {
+			st = int(*status)
+		}
+		rec.Response = &StoredResponse{Status: st, Header: h, Body: body, BodyOmitted: omitted}
+	}
+	return &rec, nil
+}
+
+// Complete implements Store.Complete. It returns ErrLeaseLost when the
+// claim is no longer held with token (or the record expired at now).
+func (s *PostgresStore) Complete(ctx context.Context, sc Scope, token int64, now time.Time, resp *StoredResponse) error {
+	return pgCompleteOn(ctx, s.pool, sc, token, now, resp)
+}
+
+func pgCompleteOn(ctx context.Context, q pgQuerier, sc Scope, token int64, now time.Time, resp *StoredResponse) error {
+	if err := validateScope(sc); err != nil {
+		return err
+	}
+	if err := validateResponse(resp); err != nil {
+		return err
+	}
+	headers, err := encodeHeader(resp.Header)
+	if err != nil {
+		return err
+	}
+	body := resp.Body
+	if body == nil {
+		body = []byte{}
+	}
+	tag, err := q.Exec(ctx, pgComplete, resp.Status, headers, body, resp.BodyOmitted, pgTime(now),
+		sc.Principal, sc.Endpoint, sc.Key, token)
+	return pgExpectOneRow(tag, err)
+}
+
+// Release implements Store.Release.
+func (s *PostgresStore) Release(ctx context.Context, sc Scope, token int64) error {
+	if err := validateScope(sc); err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, pgRelease, sc.Principal, sc.Endpoint, sc.Key, token)
+	return pgExpectOneRow(tag, err)
+}
+
+// ExtendLease implements Store.ExtendLease.
+func (s *PostgresStore) ExtendLease(ctx context.Context, sc Scope, token int64, lockedUntil time.Time) error {
+	if err := validateScope(sc); err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, pgExtendLease, pgTime(lockedUntil), sc.Principal, sc.Endpoint, sc.Key, token)
+	return pgExpectOneRow(tag, err)
+}
+
+// pgExpectOneRow turns a compare-and-set that changed no row into
+// ErrLeaseLost.
+func pgExpectOneRow(tag pgconn.CommandTag, err error) error {
+	if err != nil {
+		return interpretPostgresError(err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// Sweep implements Store.Sweep. It deletes expired rows in chunks of
+// PostgresConfig.SweepChunkSize, each its own short transaction that skips
+// rows locked by a concurrent claim, until a chunk is short, and returns the
+// total. ctx is checked between chunks and cancels the running chunk; rows
+// deleted by earlier chunks stay deleted and are counted in the returned
+// total, which comes with ctx's error.
+func (s *PostgresStore) Sweep(ctx context.Context, now time.Time) (int, error) {
+	total := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		tag, err := s.pool.Exec(ctx, pgSweepChunk, pgTime(now), s.cfg.SweepChunkSize)
+		if err != nil {
+			return total, interpretPostgresError(err)
+		}
+		n := int(tag.RowsAffected())
+		total += n
+		if n < s.cfg.SweepChunkSize {
+			return total, nil
+		}
+	}
+}
+
+// Stats returns the size of the store at now (see StoreStats). It scans the
+// table: call it at metrics-scrape intervals, not per request.
+func (s *PostgresStore) Stats(ctx context.Context, now time.Time) (StoreStats, error) {
+	var (
+		st     StoreStats
+		oldest *time.Time
+	)
+	err := s.pool.QueryRow(ctx, pgStats, pgTime(now)).Scan(&st.Rows, &st.Expired, &st.InProgress, &oldest)
+	if err != nil {
+		return StoreStats{}, interpretPostgresError(err)
+	}
+	if oldest != nil {
+		st.OldestCreatedAt = oldest.UTC()
+	}
+	return st, nil
+}
+
+// BeginTx implements Store.BeginTx: it begins a transaction on the pool and
+// sets its lock_timeout to lockTimeout (PostgresConfig.LockTimeout when
+// lockTimeout is 0), so a claim that waits longer on a concurrent uncommitted
+// claim of the same scope fails with ErrInFlight. ctx bounds only the start
+// of the transaction; the caller must end it with Commit or Rollback.
+//
+// Handle returns the pgx.Tx.
+func (s *PostgresStore) BeginTx(ctx context.Context, lockTimeout time.Duration) (StoreTx, error) {
+	if lockTimeout < 0 {
+		return nil, fmt.Errorf("idemkit/server: BeginTx: negative lock timeout %v", lockTimeout)
+	}
+	if lockTimeout == 0 {
+		lockTimeout = s.cfg.LockTimeout
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, interpretPostgresError(err)
+	}
+	ms := max(lockTimeout.Milliseconds(), 1)
+	if _, err := tx.Exec(ctx, pgSetLockTimeout, fmt.Sprintf("%dms", ms)); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return nil, interpretPostgresError(err)
+	}
+	return &pgTx{tx: tx}, nil
+}
+
+// pgTx is the StoreTx of PostgresStore.
+type pgTx struct {
+	tx pgx.Tx
+}
+
+// Claim implements StoreTx.Claim.
+func (t *pgTx) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
+	return pgClaimOn(ctx, t.tx, req)
+}
+
+// Complete implements StoreTx.Complete.
+func (t *pgTx) Complete(ctx context.Context, sc Scope, token int64, now time.Time, resp *StoredResponse) error {
+	return pgCompleteOn(ctx, t.tx, sc, token, now, resp)
+}
+
+// Commit implements StoreTx.Commit.
+func (t *pgTx) Commit(ctx context.Context) error {
+	return interpretPostgresError(t.tx.Commit(ctx))
+}
+
+// Rollback implements StoreTx.Rollback. It is a no-op after Commit or
+// Rollback. A canceled ctx does not stop the rollback.
+func (t *pgTx) Rollback(ctx context.Context) error {
+	err := t.tx.Rollback(context.WithoutCancel(ctx))
+	if errors.Is(err, pgx.ErrTxClosed) {
+		return nil
+	}
+	return interpretPostgresError(err)
+}
+
+// Handle implements StoreTx.Handle: the pgx.Tx.
+func (t *pgTx) Handle() any { return t.tx }

@@ -1,0 +1,150 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"net"
+	"net/http"
+	"strconv"
+)
+
+// recorder captures a handler's response so that nothing reaches the client
+// before the middleware has stored (lease mode) or committed (transactional
+// mode) the outcome.
+//
+// Flush is a no-op while the response is buffered. Once the body grows past
+// limit, overflowFunc (if set) is called once; if it returns true the recorder
+// sends what it has and streams the rest straight to the client, where Flush
+// then works as usual. Hijack is refused: a hijacked connection cannot be
+// replayed.
+type recorder struct {
+	w            http.ResponseWriter
+	header       http.Header
+	sent         http.Header // header as of WriteHeader
+	status       int
+	body         bytes.Buffer
+	limit        int
+	overflowed   bool
+	streaming    bool
+	overflowFunc func() bool
+}
+
+func newRecorder(w http.ResponseWriter, limit int) *recorder {
+	return &recorder{w: w, header: make(http.Header), limit: limit}
+}
+
+// Header returns the header map the handler writes to.
+func (rec *recorder) Header() http.Header { return rec.header }
+
+// WriteHeader records the status. Informational (1xx) statuses are dropped.
+func (rec *recorder) WriteHeader(code int) {
+	if rec.status != 0 || code < 200 {
+		return
+	}
+	if code > 999 {
+		code = http.StatusInternalServerError
+	}
+	rec.status = code
+	rec.sent = rec.header.Clone()
+}
+
+// Write buffers p, or streams it once the recorder has switched to streaming.
+func (rec *recorder) Write(p []byte) (int, error) {
+	if rec.status == 0 {
+		rec.WriteHeader(http.StatusOK)
+	}
+	if rec.streaming {
+		return rec.w.Write(p)
+	}
+	if rec.body.Len() == 0 && len(p) > 0 {
+		rec.sniff(p) // decided at the first write, as net/http does
+	}
+	rec.body.Write(p)
+	if !rec.overflowed && rec.body.Len() > rec.limit {
+		rec.overflowed = true
+		if rec.overflowFunc != nil && rec.overflowFunc() {
+			rec.sendHeaderAndBody(nil)
+			rec.streaming = true
+		}
+	}
+	return len(p), nil
+}
+
+// sniff sets Content-Type from the first bytes of the body when the handler
+// set none, like net/http does, so that the stored header has it too.
+func (rec *recorder) sniff(p []byte) {
+	if _, ok := rec.sent["Content-Type"]; ok {
+		return
+	}
+	if rec.sent.Get("Transfer-Encoding") != "" {
+		return
+	}
+	if len(p) > 512 {
+		p = p[:512]
+	}
+	rec.sent.Set("Content-Type", http.DetectContentType(p))
+}
+
+// Flush is a no-op while the response is buffered.
+func (rec *recorder) Flush() { _ = rec.FlushError() }
+
+// FlushError flushes the client connection once streaming, and is a no-op
+// while the response is buffered.
+func (rec *recorder) FlushError() error {
+	if !rec.streaming {
+		return nil
+	}
+	return http.NewResponseController(rec.w).Flush()
+}
+
+// Hijack always fails: a hijacked connection cannot be stored or replayed.
+func (rec *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return nil, nil, http.ErrNotSupported
+}
+
+// Unwrap returns the client's ResponseWriter, for http.ResponseController
+// (deadlines, full duplex).
+func (rec *recorder) Unwrap() http.ResponseWriter { return rec.w }
+
+// result returns the status and header the handler answered with. A handler
+// that wrote nothing answered 200.
+func (rec *recorder) result() (int, http.Header) {
+	if rec.status == 0 {
+		return http.StatusOK, rec.header
+	}
+	return rec.status, rec.sent
+}
+
+// sendHeaderAndBody writes the recorded response to the client, with extra
+// headers set on top.
+func (rec *recorder) sendHeaderAndBody(extra http.Header) {
+	status, h := rec.result()
+	dst := rec.w.Header()
+	for k, v := range h {
+		dst[k] = v
+	}
+	for k, v := range extra {
+		dst[k] = v
+	}
+	if !rec.overflowed && dst.Get("Content-Length") == "" && dst.Get("Transfer-Encoding") == "" && bodyAllowed(status) {
+		dst.Set("Content-Length", strconv.Itoa(rec.body.Len()))
+	}
+	rec.w.WriteHeader(status)
+	if bodyAllowed(status) {
+		_, _ = rec.w.Write(rec.body.Bytes())
+	}
+	rec.body.Reset()
+}
+
+// send writes the whole buffered response to the client. It does nothing
+// more once the recorder is streaming.
+func (rec *recorder) send(extra http.Header) {
+	if rec.streaming {
+		return
+	}
+	rec.sendHeaderAndBody(extra)
+}
+
+func bodyAllowed(status int) bool {
+	return status != http.StatusNoContent && status != http.StatusNotModified && status >= 200
+}

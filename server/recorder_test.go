@@ -1,0 +1,112 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestRecorder_BuffersUntilSent(t *testing.T) {
+	t.Parallel()
+	w := httptest.NewRecorder()
+	rec := newRecorder(w, 1<<20)
+	rec.Header().Set("X-A", "1")
+	rec.WriteHeader(http.StatusAccepted)
+	rec.Header().Set("X-Late", "ignored") // after WriteHeader, as in net/http
+	_, _ = io.WriteString(rec, "<html>hello")
+	rec.WriteHeader(http.StatusTeapot) // superfluous, ignored
+	require.NoError(t, http.NewResponseController(rec).Flush(), "Flush is a no-op while buffered")
+	require.False(t, w.Flushed)
+	require.Zero(t, w.Body.Len(), "nothing reaches the client before send")
+
+	status, h := rec.result()
+	require.Equal(t, http.StatusAccepted, status)
+	require.Equal(t, "1", h.Get("X-A"))
+	require.Empty(t, h.Get("X-Late"))
+	require.Equal(t, "text/html; charset=utf-8", h.Get("Content-Type"), "sniffed like net/http, so it is stored")
+
+	rec.send(http.Header{HeaderReplayed: {"true"}})
+	require.Equal(t, http.StatusAccepted, w.Code)
+	require.Equal(t, "<html>hello", w.Body.String())
+	require.Equal(t, "11", w.Header().Get("Content-Length"))
+	require.Equal(t, "true", w.Header().Get(HeaderReplayed))
+}
+
+func TestRecorder_NoWriteIs200(t *testing.T) {
+	t.Parallel()
+	w := httptest.NewRecorder()
+	rec := newRecorder(w, 10)
+	rec.WriteHeader(http.StatusContinue) // 1xx are dropped
+	status, _ := rec.result()
+	require.Equal(t, http.StatusOK, status)
+	rec.send(nil)
+	require.Equal(t, http.StatusOK, w.Code)
+	require.Equal(t, "0", w.Header().Get("Content-Length"))
+}
+
+func TestRecorder_OverflowStreams(t *testing.T) {
+	t.Parallel()
+	w := httptest.NewRecorder()
+	rec := newRecorder(w, 4)
+	calls := 0
+	rec.overflowFunc = func() bool { calls++; return true }
+	_, _ = io.WriteString(rec, "abc")
+	require.Zero(t, w.Body.Len())
+	_, _ = io.WriteString(rec, "def")
+	require.Equal(t, 1, calls)
+	require.True(t, rec.streaming)
+	require.Equal(t, "abcdef", w.Body.String(), "the buffer is sent once the cap is passed")
+	_, _ = io.WriteString(rec, "ghi")
+	require.NoError(t, http.NewResponseController(rec).Flush())
+	require.True(t, w.Flushed, "Flush reaches the client once streaming")
+	require.Equal(t, "abcdefghi", w.Body.String())
+	require.Empty(t, w.Header().Get("Content-Length"))
+	rec.send(nil) // no-op once streaming
+	require.Equal(t, "abcdefghi", w.Body.String())
+}
+
+func TestRecorder_OverflowKeepsBuffering(t *testing.T) {
+	t.Parallel()
+	w := httptest.NewRecorder()
+	rec := newRecorder(w, 4)
+	rec.overflowFunc = func() bool { return false }
+	_, _ = io.WriteString(rec, strings.Repeat("x", 10))
+	require.True(t, rec.overflowed)
+	require.False(t, rec.streaming)
+	require.Zero(t, w.Body.Len())
+	rec.send(nil)
+	require.Equal(t, 10, w.Body.Len())
+}
+
+func TestRecorder_ResponseController(t *testing.T) {
+	t.Parallel()
+	// Against a real server connection: deadlines reach it through Unwrap,
+	// Hijack is refused.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := newRecorder(w, 100)
+		rc := http.NewResponseController(rec)
+		if err := rc.SetWriteDeadline(time.Now().Add(time.Minute)); err != nil {
+			http.Error(w, "deadline: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if _, _, err := rc.Hijack(); !errors.Is(err, http.ErrNotSupported) {
+			http.Error(w, "hijack allowed", http.StatusInternalServerError)
+			return
+		}
+		_, _ = io.WriteString(rec, "ok")
+		rec.send(nil)
+	}))
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "body %s", body)
+	require.Equal(t, "ok", string(body))
+}

@@ -1,0 +1,176 @@
+package server
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"unicode/utf8"
+)
+
+// Stored response headers are a JSON object from header name to a list of
+// values, e.g. {"Content-Type":["application/json"],"Vary":["A","B"]}. A value
+// that JSON (or PostgreSQL jsonb) cannot hold exactly, because it is not valid
+// UTF-8 or contains NUL, is stored as {"b64":"<standard base64>"} instead of a
+// string, so that every value round-trips byte for byte.
+
+// errHeaderName is returned by encodeHeader for a header name that cannot be
+// stored.
+var errHeaderName = errors.New("idemkit/server: header name is not valid UTF-8 or contains NUL")
+
+// headerBinaryValue is the stored form of a value that is not plain text.
+type headerBinaryValue struct {
+	B64 string `json:"b64"`
+}
+
+// encodeHeader returns the stored JSON form of h. A nil or empty header
+// encodes as {}. It fails only for a header name that is not valid UTF-8 or
+// contains NUL; net/http never sends such a name.
+func encodeHeader(h http.Header) ([]byte, error) {
+	names := make([]string, 0, len(h))
+	for name := range h {
+		if !textSafe(name) {
+			return nil, fmt.Errorf("%w: %q", errHeaderName, name)
+		}
+		names = append(names, name)
+	}
+	sort.Strings(names)
+
+	var buf bytes.Buffer
+	buf.WriteByte('{')
+	for i, name := range names {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		if err := writeJSON(&buf, name); err != nil {
+			return nil, err
+		}
+		buf.WriteString(":[")
+		for j, v := range h[name] {
+			if j > 0 {
+				buf.WriteByte(',')
+			}
+			var val any = v
+			if !textSafe(v) {
+				val = headerBinaryValue{B64: base64.StdEncoding.EncodeToString([]byte(v))}
+			}
+			if err := writeJSON(&buf, val); err != nil {
+				return nil, err
+			}
+		}
+		buf.WriteByte(']')
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
+}
+
+// decodeHeader parses the stored JSON form of a header. It never panics; bad
+// input is an error. Empty input or JSON null decode as an empty header. The
+// result is never nil.
+func decodeHeader(b []byte) (http.Header, error) {
+	h := make(http.Header)
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || bytes.Equal(b, []byte("null")) {
+		return h, nil
+	}
+	var raw map[string][]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("idemkit/server: decode stored headers: %w", err)
+	}
+	for name, vals := range raw {
+		out := make([]string, 0, len(vals))
+		for _, rv := range vals {
+			rv = bytes.TrimSpace(rv)
+			if len(rv) > 0 && rv[0] == '{' {
+				var bin headerBinaryValue
+				if err := json.Unmarshal(rv, &bin); err != nil {
+					return nil, fmt.Errorf("idemkit/server: decode stored header %q: %w", name, err)
+				}
+				v, err := base64.StdEncoding.DecodeString(bin.B64)
+				if err != nil {
+					return nil, fmt.Errorf("idemkit/server: decode stored header %q: %w", name, err)
+				}
+				out = append(out, string(v))
+				continue
+			}
+			var s string
+			if err := json.Unmarshal(rv, &s); err != nil {
+				return nil, fmt.Errorf("idemkit/server: decode stored header %q: %w", name, err)
+			}
+			out = append(out, s)
+		}
+		h[name] = out
+	}
+	return h, nil
+}
+
+// textSafe reports whether s survives a JSON/jsonb round trip unchanged.
+func textSafe(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+}
+
+// writeJSON appends v as JSON without HTML escaping.
+func writeJSON(buf *bytes.Buffer, v any) error {
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	// Encoder.Encode appends a newline.
+	buf.Truncate(buf.Len() - 1)
+	return nil
+}
+
+// validateScope returns an error naming the empty field of s.
+func validateScope(s Scope) error {
+	switch {
+	case s.Principal == "":
+		return errors.New("idemkit/server: Scope.Principal is empty")
+	case s.Endpoint == "":
+		return errors.New("idemkit/server: Scope.Endpoint is empty")
+	case s.Key == "":
+		return errors.New("idemkit/server: Scope.Key is empty")
+	}
+	return nil
+}
+
+// validateClaimRequest returns an error naming the first invalid field of req.
+func validateClaimRequest(req ClaimRequest) error {
+	if err := validateScope(req.Scope); err != nil {
+		return err
+	}
+	switch {
+	case len(req.Fingerprint) == 0:
+		return errors.New("idemkit/server: ClaimRequest.Fingerprint is empty")
+	case req.Now.IsZero():
+		return errors.New("idemkit/server: ClaimRequest.Now is zero")
+	case !req.ExpiresAt.After(req.Now):
+		return errors.New("idemkit/server: ClaimRequest.ExpiresAt must be after Now")
+	case req.LockedUntil.IsZero():
+		return errors.New("idemkit/server: ClaimRequest.LockedUntil is zero")
+	}
+	return nil
+}
+
+// validateResponse returns an error if resp cannot be stored.
+func validateResponse(resp *StoredResponse) error {
+	switch {
+	case resp == nil:
+		return errors.New("idemkit/server: StoredResponse is nil")
+	case resp.Status < 100 || resp.Status > 999:
+		return fmt.Errorf("idemkit/server: StoredResponse.Status %d is not an HTTP status", resp.Status)
+	}
+	return nil
+}
+
+// claimAttemptsMax bounds how often a claim is retried when the live row
+// that blocked it vanished (released) before it could be read.
+const claimAttemptsMax = 4
+
+// errClaimRetriesExhausted is wrapped in ErrStoreBusy when a scope keeps
+// changing under a claim.
+var errClaimRetriesExhausted = fmt.Errorf("claim of a scope that kept changing gave up after %d attempts", claimAttemptsMax)
