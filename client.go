@@ -1,0 +1,681 @@
+package idemkit
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/go-retryablehttp"
+	_ "modernc.org/sqlite" // the driver behind Open; NewClient takes any *sql.DB
+)
+
+// Defaults of [Config].
+const (
+	// WindowDefault is the configured retention window: Stripe's 24 hours.
+	WindowDefault = 24 * time.Hour
+	// SafetyMarginDefault is subtracted from the window to get the horizon.
+	SafetyMarginDefault = time.Minute
+	// MaxSleepDefault is the longest wait slept in-process.
+	MaxSleepDefault = 30 * time.Second
+	// LeaseDurationDefault is how long a claim on an intent lasts.
+	LeaseDurationDefault = 2 * time.Minute
+	// AttemptTimeoutDefault bounds one HTTP attempt, body included.
+	AttemptTimeoutDefault = 30 * time.Second
+	// ConcurrencyDefault is how many intents Run sends at once.
+	ConcurrencyDefault = 4
+)
+
+const (
+	// busyTimeout is how long Open's Client waits for the write lock held
+	// by another process before ErrQueueLocked.
+	busyTimeout = 5 * time.Second
+	// sqliteBusyTimeout is the busy_timeout Open sets on its connections:
+	// short, writes retry in Go (see queue.busyRetry).
+	sqliteBusyTimeout = 50 * time.Millisecond
+	// pollIntervalDefault bounds how long Run and Wait sleep before looking
+	// at the queue again (other processes may have changed it).
+	pollIntervalDefault = time.Second
+	// submitBatchMax is the most intents one group commit inserts.
+	submitBatchMax = 256
+)
+
+// Config configures a [Client]. The zero value is valid: every field has a
+// default.
+type Config struct {
+	// HTTPClient is the transport engine. Its HTTPClient, Logger and log
+	// hooks are used; its CheckRetry, Backoff, RetryMax, PrepareRetry and
+	// ErrorHandler are replaced by the SDK's (go-retryablehttp's defaults
+	// do not jitter, do not retry 409 and do not cap Retry-After); its
+	// RetryWaitMin and RetryWaitMax are ignored (Backoff gets
+	// BackoffBaseDefault and BackoffCapDefault). Its http.Client is copied
+	// with Timeout set to AttemptTimeout (or kept if shorter) and, unless it
+	// sets CheckRedirect, redirects not followed (a 3xx is a definitive
+	// answer: following a 302 would turn a POST into a GET). Defaults to a
+	// client on a pooled transport of its own that Close releases.
+	HTTPClient *retryablehttp.Client
+
+	// Window is the longest retention window the client relies on. The
+	// effective window of an intent is the smaller of Window and the
+	// Idempotency-Window its host last advertised (remembered in the queue).
+	// Defaults to WindowDefault (24h).
+	Window time.Duration
+
+	// SafetyMargin is subtracted from the effective window to get the
+	// horizon; the margin used is the smaller of SafetyMargin and a tenth of
+	// the effective window (a 30 s window keeps a 3 s margin). It should
+	// exceed AttemptTimeout plus clock skew. Defaults to SafetyMarginDefault
+	// (1m).
+	SafetyMargin time.Duration
+
+	// CredentialHeaders are never written to the queue. Defaults to
+	// Authorization, Proxy-Authorization and Cookie.
+	CredentialHeaders []string
+
+	// SendHookFunc is called before every attempt, with the request about to
+	// be sent: add credentials here (a process resuming an intent after a
+	// restart has no other source for them). An error skips the attempt and
+	// reschedules the intent. Defaults to nil.
+	SendHookFunc func(*http.Request) error
+
+	// CheckRetry decides what to retry. Defaults to DefaultCheckRetry.
+	CheckRetry CheckRetryFunc
+
+	// Backoff computes the wait between attempts, called with
+	// BackoffBaseDefault and BackoffCapDefault. Defaults to DefaultBackoff
+	// (full jitter, 500ms base, 30s cap).
+	Backoff BackoffFunc
+
+	// MaxSleep is the longest wait (backoff or Retry-After) slept inside the
+	// process; a longer one is written to the queue as the intent's next
+	// attempt time and the worker moves on. Defaults to MaxSleepDefault (30s).
+	MaxSleep time.Duration
+
+	// LeaseDuration is how long a process owns an intent it is sending;
+	// another process takes it over (with a new fencing token) once the
+	// lease runs out. Renewed at every attempt. Must exceed AttemptTimeout.
+	// Defaults to LeaseDurationDefault (2m).
+	LeaseDuration time.Duration
+
+	// AttemptTimeout bounds one HTTP attempt, reading the response body
+	// included. Defaults to AttemptTimeoutDefault (30s).
+	AttemptTimeout time.Duration
+
+	// Concurrency is how many intents Run sends at once. Defaults to
+	// ConcurrencyDefault (4).
+	Concurrency int
+
+	// Logger receives the client's logs. Defaults to discarding them.
+	Logger *slog.Logger
+
+	// timeNowFunc is the clock (tests inject one). Defaults to a wall clock
+	// advanced by the monotonic clock.
+	timeNowFunc func() time.Time
+	// pollInterval defaults to pollIntervalDefault.
+	pollInterval time.Duration
+}
+
+// WithDefaults returns a copy of c (which may be nil) with every unset field
+// set to its default.
+func (c *Config) WithDefaults() *Config {
+	out := &Config{}
+	if c != nil {
+		*out = *c
+	}
+	out.Window = cmp.Or(out.Window, WindowDefault)
+	out.SafetyMargin = cmp.Or(out.SafetyMargin, SafetyMarginDefault)
+	if out.CredentialHeaders == nil {
+		out.CredentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie"}
+	}
+	if out.CheckRetry == nil {
+		out.CheckRetry = DefaultCheckRetry
+	}
+	if out.Backoff == nil {
+		out.Backoff = DefaultBackoff
+	}
+	out.MaxSleep = cmp.Or(out.MaxSleep, MaxSleepDefault)
+	out.LeaseDuration = cmp.Or(out.LeaseDuration, LeaseDurationDefault)
+	out.AttemptTimeout = cmp.Or(out.AttemptTimeout, AttemptTimeoutDefault)
+	out.Concurrency = cmp.Or(out.Concurrency, ConcurrencyDefault)
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	out.pollInterval = cmp.Or(out.pollInterval, pollIntervalDefault)
+	return out
+}
+
+func (c *Config) validate() error {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"Window", c.Window}, {"SafetyMargin", c.SafetyMargin}, {"MaxSleep", c.MaxSleep},
+		{"LeaseDuration", c.LeaseDuration}, {"AttemptTimeout", c.AttemptTimeout}} {
+		if d.v <= 0 {
+			return fmt.Errorf("idemkit: Config.%s must be positive, got %v", d.name, d.v)
+		}
+	}
+	if c.Window < time.Second {
+		return fmt.Errorf("idemkit: Config.Window must be at least 1s, got %v", c.Window)
+	}
+	if c.LeaseDuration <= c.AttemptTimeout {
+		return fmt.Errorf("idemkit: Config.LeaseDuration (%v) must exceed Config.AttemptTimeout (%v), or a slow attempt could be taken over while in flight", c.LeaseDuration, c.AttemptTimeout)
+	}
+	if c.Concurrency < 1 {
+		return fmt.Errorf("idemkit: Config.Concurrency must be at least 1, got %d", c.Concurrency)
+	}
+	for _, h := range c.CredentialHeaders {
+		if !validToken(h) {
+			return fmt.Errorf("idemkit: Config.CredentialHeaders: %q is not a header name", h)
+		}
+	}
+	return nil
+}
+
+// Client sends intents from a SQLite queue. It is safe for concurrent use,
+// and several processes may share one queue file.
+type Client struct {
+	cfg   *Config
+	q     *queue
+	ownDB bool
+	httpc *http.Client
+	ownHC bool
+	log   *slog.Logger
+
+	clockMu sync.Mutex
+	lastNow time.Time
+
+	submitCh  chan *submitOp
+	closeCtx  context.Context
+	closeFunc context.CancelFunc
+	closeOnce sync.Once
+	lifeMu    sync.RWMutex
+	isClosed  bool
+	wg        sync.WaitGroup // the committer, Run, Do and Wait calls
+
+	wake chan struct{} // a Submit happened: Run looks at the queue
+
+	nmu     sync.Mutex
+	changed chan struct{} // closed and replaced when an intent ends here
+
+	credMu sync.Mutex
+	creds  map[string]http.Header // intent id -> credential headers, memory only
+}
+
+// Open opens or creates the queue file at path with modernc.org/sqlite
+// (journal_mode WAL, synchronous FULL so a returned Submit is on disk,
+// BEGIN IMMEDIATE transactions, the write lock waited for up to 5 s when
+// another process holds it), migrates it and returns a
+// Client that owns it. A file that is not a SQLite database is refused with
+// ErrQueueCorrupt and left untouched.
+func Open(ctx context.Context, path string, cfg *Config) (*Client, error) {
+	if path == "" || strings.ContainsAny(path, "?#") {
+		return nil, fmt.Errorf("idemkit: queue path %q: must be non-empty, without ? or #", path)
+	}
+	if err := checkHeader(path); err != nil {
+		return nil, err
+	}
+	dsn := fmt.Sprintf("%s?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate",
+		path, sqliteBusyTimeout.Milliseconds())
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("idemkit: open queue %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(8)
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sqlite_master`).Scan(&n); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("idemkit: open queue %s: %w", path, interpretError(err))
+	}
+	c, err := newClient(ctx, db, cfg, busyTimeout)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("idemkit: open queue %s: %w", path, err)
+	}
+	c.ownDB = true
+	return c, nil
+}
+
+// checkHeader refuses an existing, non-empty file that is not SQLite.
+func checkHeader(path string) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("idemkit: open queue %s: %w", path, err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		return fmt.Errorf("idemkit: open queue %s: is a directory", path)
+	}
+	hdr := make([]byte, 16)
+	n, err := io.ReadFull(f, hdr)
+	if n == 0 && (err == io.EOF) {
+		return nil
+	}
+	if n < 16 || string(hdr) != "SQLite format 3\x00" {
+		return fmt.Errorf("%w: %s is not a SQLite database (left untouched)", ErrQueueCorrupt, path)
+	}
+	return nil
+}
+
+// NewClient returns a Client on a database the caller opened: the queue
+// tables are created in it if needed. Use WAL and synchronous=FULL; with
+// modernc.org/sqlite:
+//
+//	db, _ := sql.Open("sqlite", "queue.db?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate")
+//
+// The database's busy timeout is how long a write waits for another process
+// holding the lock. Close does not close db.
+func NewClient(ctx context.Context, db *sql.DB, cfg *Config) (*Client, error) {
+	return newClient(ctx, db, cfg, 0)
+}
+
+func newClient(ctx context.Context, db *sql.DB, cfg *Config, busyRetry time.Duration) (*Client, error) {
+	if db == nil {
+		return nil, errors.New("idemkit: NewClient: nil *sql.DB")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := &Client{
+		cfg:      cfg,
+		q:        &queue{db: db, busyRetry: busyRetry},
+		log:      cfg.Logger,
+		submitCh: make(chan *submitOp),
+		wake:     make(chan struct{}, 1),
+		changed:  make(chan struct{}),
+		creds:    map[string]http.Header{},
+	}
+	if cfg.timeNowFunc == nil {
+		base := time.Now()
+		cfg.timeNowFunc = func() time.Time { return base.Add(time.Since(base)) }
+	}
+	c.httpc, c.ownHC = newHTTPClient(cfg)
+	if err := c.q.migrate(ctx, c.now()); err != nil {
+		return nil, fmt.Errorf("idemkit: migrate queue: %w", err)
+	}
+	c.closeCtx, c.closeFunc = context.WithCancel(context.Background())
+	c.wg.Add(1)
+	go c.commitLoop()
+	return c, nil
+}
+
+func newHTTPClient(cfg *Config) (*http.Client, bool) {
+	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	if cfg.HTTPClient == nil || cfg.HTTPClient.HTTPClient == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 16
+		return &http.Client{Transport: t, Timeout: cfg.AttemptTimeout, CheckRedirect: noRedirect}, true
+	}
+	hc := *cfg.HTTPClient.HTTPClient
+	if hc.Timeout == 0 || hc.Timeout > cfg.AttemptTimeout {
+		hc.Timeout = cfg.AttemptTimeout
+	}
+	if hc.CheckRedirect == nil {
+		hc.CheckRedirect = noRedirect
+	}
+	return &hc, false
+}
+
+// now is the client's clock: never earlier than a value it returned before,
+// so a clock stepped back cannot stretch a horizon within this process.
+func (c *Client) now() time.Time {
+	t := c.cfg.timeNowFunc()
+	c.clockMu.Lock()
+	defer c.clockMu.Unlock()
+	if t.Before(c.lastNow) {
+		return c.lastNow
+	}
+	c.lastNow = t
+	return t
+}
+
+// Close stops the group committer, makes running Run, Do and Wait calls
+// return ErrClosed or nil (attempts in flight are canceled and their intents
+// released, to be resumed later with the same key) and waits for them. It
+// closes the database if Open opened it. Queued intents stay queued.
+func (c *Client) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		c.lifeMu.Lock()
+		c.isClosed = true
+		c.lifeMu.Unlock()
+		c.closeFunc()
+		c.wg.Wait()
+		if c.ownHC {
+			c.httpc.CloseIdleConnections()
+		}
+		if c.ownDB {
+			err = c.q.db.Close()
+		}
+	})
+	return err
+}
+
+func (c *Client) closed() bool { return c.closeCtx.Err() != nil }
+
+// enter registers a blocking call that Close must wait for; it returns
+// false once Close has begun.
+func (c *Client) enter() bool {
+	c.lifeMu.RLock()
+	defer c.lifeMu.RUnlock()
+	if c.isClosed {
+		return false
+	}
+	c.wg.Add(1)
+	return true
+}
+
+// commitLoop is the group committer: every Submit waiting when a batch
+// starts is inserted in that batch's one transaction (one fsync).
+func (c *Client) commitLoop() {
+	defer c.wg.Done()
+	for {
+		select {
+		case op := <-c.submitCh:
+			batch := []*submitOp{op}
+		more:
+			for len(batch) < submitBatchMax {
+				select {
+				case op := <-c.submitCh:
+					batch = append(batch, op)
+				default:
+					break more
+				}
+			}
+			c.q.insertBatch(context.Background(), batch)
+		case <-c.closeCtx.Done():
+			for {
+				select {
+				case op := <-c.submitCh:
+					op.done <- submitResult{nil, ErrClosed}
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// Submit validates req, mints its key (unless req.Key or an Idempotency-Key
+// header gives one) and writes the intent to the queue. When Submit
+// returns, the intent is on disk (fsynced); nothing has been sent. Concurrent
+// Submit calls share one transaction and one fsync (group commit).
+//
+// Submitting a key already in the queue returns the queued intent if the
+// request is the same (method, URL and body), and ErrKeyReused otherwise.
+// It returns ErrInvalidRequest for a request that cannot be queued. ctx
+// bounds the wait for a batch to start; once its batch has started, Submit
+// reports that batch's result.
+func (c *Client) Submit(ctx context.Context, req *Request) (*Intent, error) {
+	if c.closed() {
+		return nil, ErrClosed
+	}
+	p, err := prepare(req, c.cfg.CredentialHeaders)
+	if err != nil {
+		return nil, err
+	}
+	id := uuid.NewString()
+	if p.key == "" {
+		p.key = id
+	}
+	op := &submitOp{ctx: ctx, p: p, id: id, now: c.now(), done: make(chan submitResult, 1)}
+	c.q.waiting.Add(1)
+	defer c.q.waiting.Add(-1)
+	select {
+	case c.submitCh <- op:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.closeCtx.Done():
+		return nil, ErrClosed
+	}
+	r := <-op.done
+	if r.err != nil {
+		return nil, r.err
+	}
+	if len(p.creds) > 0 && r.in.State == StatePending {
+		c.credMu.Lock()
+		c.creds[r.in.ID] = p.creds
+		c.credMu.Unlock()
+	}
+	c.poke()
+	return r.in, nil
+}
+
+// SubmitTx is like Submit, but within an existing transaction of the
+// caller's on the queue database (the transactional outbox: the intent
+// commits or rolls back with the caller's own writes). Credential headers of
+// req are dropped: supply them with Config.SendHookFunc.
+func (c *Client) SubmitTx(ctx context.Context, tx *sql.Tx, req *Request) (*Intent, error) {
+	if c.closed() {
+		return nil, ErrClosed
+	}
+	p, err := prepare(req, c.cfg.CredentialHeaders)
+	if err != nil {
+		return nil, err
+	}
+	id := uuid.NewString()
+	if p.key == "" {
+		p.key = id
+	}
+	in, err := insertOne(ctx, tx, nil, p, id, c.now())
+	return in, interpretError(err)
+}
+
+// poke wakes a Run loop waiting for work.
+func (c *Client) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Client) broadcast() {
+	c.nmu.Lock()
+	close(c.changed)
+	c.changed = make(chan struct{})
+	c.nmu.Unlock()
+}
+
+func (c *Client) changedCh() <-chan struct{} {
+	c.nmu.Lock()
+	defer c.nmu.Unlock()
+	return c.changed
+}
+
+// Do submits req and drives it to an outcome: it sends it, retries with the
+// same key as the policy and the horizon allow, and waits out long
+// Retry-After waits (or another process holding the intent). It returns the
+// intent with a nil error when it succeeded, and a *ResultError wrapping
+// ErrKeyReused, ErrFailed, ErrWindowExpired or ErrCanceled when it ended
+// otherwise. If ctx ends first, Do returns ctx's error and the intent, which
+// stays pending in the queue: a Run worker, or Wait, finishes it later.
+func (c *Client) Do(ctx context.Context, req *Request) (*Intent, error) {
+	if c.closed() {
+		return nil, ErrClosed
+	}
+	p, err := prepare(req, c.cfg.CredentialHeaders)
+	if err != nil {
+		return nil, err
+	}
+	id := uuid.NewString()
+	if p.key == "" {
+		p.key = id
+	}
+	// Insert and claim in one transaction: the row (with its first attempt
+	// recorded) is on disk before the first byte, with one fsync.
+	now := c.now()
+	in, cl, err := c.q.insertClaim(ctx, p, id, now, c.cfg.LeaseDuration, c.plan(now))
+	if err != nil {
+		return nil, err
+	}
+	if len(p.creds) > 0 && in.State == StatePending {
+		c.credMu.Lock()
+		c.creds[in.ID] = p.creds
+		c.credMu.Unlock()
+	}
+	return c.driveClaimed(ctx, in.ID, cl)
+}
+
+// Wait blocks until the intent with the given id reaches a terminal state
+// and returns it like Do does; it does not send anything itself (a Run
+// worker, in this process or another, does). Returns ErrNotFound if no
+// intent has that id. If ctx ends first, Wait returns ctx's error.
+func (c *Client) Wait(ctx context.Context, id string) (*Intent, error) {
+	if !c.enter() {
+		return nil, ErrClosed
+	}
+	defer c.wg.Done()
+	for {
+		ch := c.changedCh()
+		in, err := c.Get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if in.State != StatePending {
+			return in, result(in)
+		}
+		if err := c.sleepUntil(ctx, in.NextAttemptAt, ch); err != nil {
+			return in, err
+		}
+	}
+}
+
+// sleepUntil waits until t (at most the poll interval), a change in this
+// process, or the end of ctx.
+func (c *Client) sleepUntil(ctx context.Context, t time.Time, ch <-chan struct{}) error {
+	d := c.cfg.pollInterval
+	if w := t.Sub(c.now()); w < d {
+		d = max(w, time.Millisecond)
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.closeCtx.Done():
+		return ErrClosed
+	case <-ch:
+	case <-timer.C:
+	}
+	return nil
+}
+
+// result is the error that goes with a terminal intent.
+func result(in *Intent) error {
+	switch in.State {
+	case StateSucceeded, StatePending:
+		return nil
+	case StateExpired:
+		return &ResultError{Intent: in, Err: ErrWindowExpired}
+	case StateCanceled:
+		return &ResultError{Intent: in, Err: ErrCanceled}
+	}
+	if in.Outcome != nil && in.Outcome.Status == http.StatusUnprocessableEntity {
+		return &ResultError{Intent: in, Err: ErrKeyReused}
+	}
+	return &ResultError{Intent: in, Err: ErrFailed}
+}
+
+// Get returns the intent with the given id, or ErrNotFound.
+func (c *Client) Get(ctx context.Context, id string) (*Intent, error) {
+	if c.closed() {
+		return nil, ErrClosed
+	}
+	return c.q.get(ctx, id)
+}
+
+// List returns intents matching opts (nil lists the first 100): pending
+// ones in due order, terminal ones by last update, all of them by creation.
+func (c *Client) List(ctx context.Context, opts *ListOptions) ([]*Intent, error) {
+	if c.closed() {
+		return nil, ErrClosed
+	}
+	o := ListOptions{}
+	if opts != nil {
+		o = *opts
+	}
+	if o.Limit <= 0 {
+		o.Limit = 100
+	}
+	return c.q.list(ctx, &o)
+}
+
+// Attempts returns the attempt log of an intent, oldest first.
+func (c *Client) Attempts(ctx context.Context, id string) ([]*Attempt, error) {
+	if c.closed() {
+		return nil, ErrClosed
+	}
+	return c.q.attempts(ctx, id)
+}
+
+// Counts returns the number of intents in each state. It reads the whole
+// table: meant for progress displays, not hot paths.
+func (c *Client) Counts(ctx context.Context) (map[IntentState]int, error) {
+	if c.closed() {
+		return nil, ErrClosed
+	}
+	return c.q.counts(ctx)
+}
+
+// Cancel ends a pending intent as canceled so that it is never sent again.
+// It cannot recall an attempt already on the wire: if one is in flight, its
+// effect may still happen. Returns ErrNotFound if no intent has that id, and
+// an error if the intent had already ended some other way.
+func (c *Client) Cancel(ctx context.Context, id string) error {
+	if c.closed() {
+		return ErrClosed
+	}
+	ok, err := c.q.cancel(ctx, id, c.now())
+	if err != nil {
+		return err
+	}
+	if !ok {
+		in, err := c.q.get(ctx, id)
+		if err != nil {
+			return err
+		}
+		if in.State != StateCanceled {
+			return fmt.Errorf("idemkit: cancel %s: intent already %s", id, in.State)
+		}
+	}
+	c.forget(id)
+	c.broadcast()
+	return nil
+}
+
+// Prune deletes terminal intents (and their attempt logs) last updated more
+// than olderThan ago, and returns how many it deleted. Pending intents are
+// never pruned. It deletes in chunks, so it never holds the write lock long.
+func (c *Client) Prune(ctx context.Context, olderThan time.Duration) (int, error) {
+	if c.closed() {
+		return 0, ErrClosed
+	}
+	if olderThan < 0 {
+		return 0, fmt.Errorf("idemkit: Prune: negative olderThan %v", olderThan)
+	}
+	return c.q.prune(ctx, c.now().Add(-olderThan))
+}
+
+func (c *Client) credsFor(id string) http.Header {
+	c.credMu.Lock()
+	defer c.credMu.Unlock()
+	return c.creds[id]
+}
+
+func (c *Client) forget(id string) {
+	c.credMu.Lock()
+	delete(c.creds, id)
+	c.credMu.Unlock()
+}

@@ -1,0 +1,99 @@
+// Package idemkit sends HTTP requests that must take effect exactly once —
+// a payment, an order, a transfer — over networks that lose answers.
+//
+// A request that times out may or may not have happened; the only safe
+// policy is to retry it with the same idempotency key until the server gives
+// a definitive answer. idemkit makes that survive crashes: each user action
+// is an [Intent] with one key, minted once and written (fsynced) to a SQLite
+// queue file before the first byte is sent. Every retry, in this process or
+// in the next one after a crash, carries the same key; the server (see
+// package github.com/idemkit/idemkit/server) replays its stored response
+// instead of running the handler twice.
+//
+// # Usage
+//
+//	c, err := idemkit.Open(ctx, "payments-queue.db", &idemkit.Config{
+//		SendHookFunc: func(r *http.Request) error {
+//			r.Header.Set("Authorization", "Bearer "+token) // never stored
+//			return nil
+//		},
+//	})
+//	if err != nil { ... }
+//	defer c.Close()
+//
+//	in, err := c.Do(ctx, &idemkit.Request{
+//		URL:    "https://api.example.com/charges",
+//		Header: http.Header{"Content-Type": {"application/json"}},
+//		Body:   []byte(`{"amount": 4000, "currency": "eur"}`),
+//	})
+//	switch {
+//	case err == nil: // in.Outcome.Status is 2xx; in.Outcome.Replayed if an earlier attempt did it
+//	case errors.Is(err, idemkit.ErrKeyReused): // 422: a bug, the key was used for another request
+//	case errors.Is(err, idemkit.ErrFailed): // a definitive 4xx: in.Outcome has the answer
+//	case errors.Is(err, idemkit.ErrWindowExpired): // unknown outcome: reconcile, never re-send with a new key
+//	default: // ctx ended or the queue failed: the intent stays queued
+//	}
+//
+// For offline-first agents, [Client.Submit] only persists (concurrent calls
+// share one fsync), and [Client.Run] is a worker that sends due intents until
+// its context ends, and keeps going when the network comes back.
+// [Client.SubmitTx] queues an intent inside the caller's own SQLite
+// transaction (a transactional outbox).
+//
+// # Retries
+//
+// Network errors, timeouts, 408, 409 (the server's "still in progress"),
+// 425, 429 and 5xx except 501 are retried ([DefaultCheckRetry]) with full
+// jitter exponential backoff, 500 ms base, 30 s cap ([DefaultBackoff]).
+// A Retry-After on 409, 429 and 503 (seconds or an HTTP-date, read against
+// the response's Date header) replaces the backoff. Waits up to
+// Config.MaxSleep are slept, context-aware; longer ones are written to the
+// queue as the intent's next attempt time and the worker moves on.
+// go-retryablehttp is the transport engine; its CheckRetry and Backoff are
+// replaced by these.
+//
+// # The horizon
+//
+// No attempt starts after the intent's horizon: its first attempt time, plus
+// the smaller of Config.Window and the Idempotency-Window the server
+// advertised (remembered per host in the queue), minus a safety margin.
+// Past the horizon the server may have forgotten the key, so a retry could
+// run the effect twice; the intent ends [StateExpired] instead. A wait that
+// would cross the horizon is cut so that one last attempt starts just
+// before it. Within a process the clock is monotonic; across restarts the
+// stored horizon is used and only ever moves earlier.
+//
+// # Credentials
+//
+// Headers named in Config.CredentialHeaders (Authorization,
+// Proxy-Authorization and Cookie by default) are never written to the
+// queue. A process keeps those given to Submit or Do in memory while it
+// drives the intent; a process that resumes it after a restart gets them
+// from Config.SendHookFunc. Set-Cookie is dropped from stored outcomes, and
+// URLs with user:password@ are refused.
+//
+// # Many processes
+//
+// Several processes may share one queue file. Each attempt runs under a
+// lease with a fencing token (claimed with BEGIN IMMEDIATE, within the
+// SQLite busy timeout); a process that dies mid-attempt leaves the intent to
+// be taken over once its lease (Config.LeaseDuration) runs out, with the
+// same key. Two processes never send the same intent at the same time.
+//
+// # Queue file
+//
+// The queue is a SQLite database (journal_mode WAL, synchronous FULL, strict
+// tables, schema embedded and migrated by Open/NewClient). Open uses
+// modernc.org/sqlite (pure Go, no cgo); NewClient takes any *sql.DB the
+// caller opened. The due lookup is an index on pending intents only, so a
+// queue holding a million terminal intents stays fast; [Client.Prune]
+// deletes old terminal intents in chunks. Bodies are limited to
+// [MaxBodySize] (10 MiB). A file that is not a queue is refused with
+// [ErrQueueCorrupt] and left untouched; a write lock held by another process
+// beyond the busy timeout is [ErrQueueLocked].
+//
+// # Stability
+//
+// idemkit is v0: the API may change before v1. The queue schema is
+// versioned and migrated forward automatically.
+package idemkit

@@ -1,0 +1,387 @@
+package idemkit
+
+// End-to-end tests against the real server package (SQLite store, lease
+// mode) over httptest. Tests may import server; the client never does.
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/server"
+)
+
+// e2eServer is the real middleware in front of a charges handler that
+// counts its effects.
+type e2eServer struct {
+	srv     *httptest.Server
+	effects atomic.Int32
+	mu      sync.Mutex
+	keys    []string
+	// hold, if set, is called by the handler before it answers.
+	hold func(r *http.Request)
+	// front, if set, sees every request first and may answer it instead.
+	front func(w http.ResponseWriter, r *http.Request, next http.Handler) bool
+}
+
+func (s *e2eServer) setHold(f func(r *http.Request)) {
+	s.mu.Lock()
+	s.hold = f
+	s.mu.Unlock()
+}
+
+func (s *e2eServer) setFront(f func(w http.ResponseWriter, r *http.Request, next http.Handler) bool) {
+	s.mu.Lock()
+	s.front = f
+	s.mu.Unlock()
+}
+
+func newE2EServer(t *testing.T, cfg *server.Config) *e2eServer {
+	t.Helper()
+	ctx := testCtx(t)
+	db, err := server.OpenSQLite(ctx, filepath.Join(t.TempDir(), "server.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	st, err := server.NewSQLiteStore(db, nil)
+	require.NoError(t, err)
+	require.NoError(t, st.Migrate(ctx))
+	if cfg == nil {
+		cfg = &server.Config{}
+	}
+	cfg.PrincipalFunc = func(r *http.Request) (string, error) {
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || tok == "" {
+			return "", errors.New("no bearer token")
+		}
+		return tok, nil
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = discardLogger()
+	}
+	mw, err := server.New(st, cfg)
+	require.NoError(t, err)
+	s := &e2eServer{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /charges", func(w http.ResponseWriter, r *http.Request) {
+		n := s.effects.Add(1)
+		s.mu.Lock()
+		hold := s.hold
+		s.mu.Unlock()
+		if hold != nil {
+			hold(r)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"charge":%d}`, n)
+	})
+	h := mw.Wrap(mux)
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.keys = append(s.keys, r.Header.Get("Idempotency-Key"))
+		front := s.front
+		s.mu.Unlock()
+		if front != nil && front(w, r, h) {
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+func (s *e2eServer) seenKeys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.keys...)
+}
+
+func authHook(r *http.Request) error {
+	r.Header.Set("Authorization", "Bearer acct_1")
+	return nil
+}
+
+func charge(url string) *Request {
+	return &Request{URL: url + "/charges", Header: http.Header{"Content-Type": {"application/json"}},
+		Body: []byte(`{"amount": 4000, "currency": "eur"}`)}
+}
+
+// TestE2E_LostResponseIsReplayed: the server commits the charge, the
+// response is lost on the way back; the retry carries the same key and gets
+// the stored response. One effect.
+func TestE2E_LostResponseIsReplayed(t *testing.T) {
+	t.Parallel()
+	s := newE2EServer(t, nil)
+	var dropped atomic.Bool
+	s.setFront(func(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
+		if dropped.Swap(true) {
+			return false
+		}
+		rec := httptest.NewRecorder()
+		next.ServeHTTP(rec, r) // committed on the server...
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close() // ...and the answer never arrives
+		}
+		return true
+	})
+	cfg := testConfig()
+	cfg.SendHookFunc = authHook
+	b := setup(t, cfg, nil)
+	in, err := b.c.Do(testCtx(t), charge(s.srv.URL))
+	require.NoError(t, err)
+	require.Equal(t, StateSucceeded, in.State)
+	require.EqualValues(t, 1, s.effects.Load(), "exactly one effect")
+	require.True(t, in.Outcome.Replayed, "the outcome is the stored response")
+	require.Equal(t, http.StatusCreated, in.Outcome.Status)
+	require.JSONEq(t, `{"charge":1}`, string(in.Outcome.Body))
+	keys := s.seenKeys()
+	require.GreaterOrEqual(t, len(keys), 2)
+	for _, k := range keys {
+		require.Equal(t, in.Key, k)
+	}
+	log, err := b.c.Attempts(testCtx(t), in.ID)
+	require.NoError(t, err)
+	require.Equal(t, 0, log[0].Status, "first attempt: no response")
+	require.True(t, log[len(log)-1].Replayed)
+}
+
+// TestE2E_InFlightIsWaitedOut: while another request with the key runs,
+// the server answers 409 + Retry-After; the client waits and then gets the
+// replay. One effect.
+func TestE2E_InFlightIsWaitedOut(t *testing.T) {
+	t.Parallel()
+	// Retry-After comes from the remaining lease: keep it short.
+	s := newE2EServer(t, &server.Config{LeaseDuration: 2 * time.Second})
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	var first atomic.Bool
+	s.setHold(func(r *http.Request) {
+		if !first.Swap(true) {
+			entered <- struct{}{}
+			<-release
+		}
+	})
+	const key = "order-77-pay"
+	// The "other" request: the same intent sent by something else first.
+	otherDone := make(chan error, 1)
+	go func() {
+		req := charge(s.srv.URL)
+		hr, _ := http.NewRequest(http.MethodPost, req.URL, bytes.NewReader(req.Body))
+		hr.Header.Set("Content-Type", "application/json")
+		hr.Header.Set("Idempotency-Key", key)
+		hr.Header.Set("Authorization", "Bearer acct_1")
+		resp, err := http.DefaultClient.Do(hr)
+		if err == nil {
+			resp.Body.Close()
+		}
+		otherDone <- err
+	}()
+	<-entered
+
+	var conflicts, withRetryAfter atomic.Int32
+	cfg := testConfig()
+	cfg.SendHookFunc = authHook
+	b := setup(t, cfg, nil)
+	s.setFront(func(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
+		rec := httptest.NewRecorder()
+		next.ServeHTTP(rec, r)
+		if rec.Code == http.StatusConflict {
+			if rec.Header().Get("Retry-After") != "" {
+				withRetryAfter.Add(1)
+			}
+			if conflicts.Add(1) == 1 {
+				close(release) // the other request finishes during our wait
+			}
+		}
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+		return true
+	})
+	req := charge(s.srv.URL)
+	req.Key = key
+	in, err := b.c.Do(testCtx(t), req)
+	require.NoError(t, err)
+	require.NoError(t, <-otherDone)
+	require.GreaterOrEqual(t, conflicts.Load(), int32(1))
+	require.Equal(t, conflicts.Load(), withRetryAfter.Load(), "every 409 has a Retry-After")
+	require.True(t, in.Outcome.Replayed)
+	require.EqualValues(t, 1, s.effects.Load())
+	log, err := b.c.Attempts(testCtx(t), in.ID)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusConflict, log[0].Status)
+}
+
+// TestE2E_KeyReused: the same key with a different body is a 422: the
+// intent ends failed with ErrKeyReused, and is never retried.
+func TestE2E_KeyReused(t *testing.T) {
+	t.Parallel()
+	s := newE2EServer(t, nil)
+	cfg := testConfig()
+	cfg.SendHookFunc = authHook
+	b := setup(t, cfg, nil)
+	first := charge(s.srv.URL)
+	first.Key = "reused"
+	_, err := b.c.Do(testCtx(t), first)
+	require.NoError(t, err)
+
+	// Another queue (another device) reuses the key for another amount.
+	other := setup(t, cfg, nil)
+	second := charge(s.srv.URL)
+	second.Key = "reused"
+	second.Body = []byte(`{"amount": 400000, "currency": "eur"}`)
+	in, err := other.c.Do(testCtx(t), second)
+	require.ErrorIs(t, err, ErrKeyReused)
+	require.Equal(t, StateFailed, in.State)
+	require.Equal(t, http.StatusUnprocessableEntity, in.Outcome.Status)
+	require.Equal(t, 1, in.Attempts)
+	require.EqualValues(t, 1, s.effects.Load())
+}
+
+// TestE2E_HorizonAndShorterWindow: a server with a 10-minute window shortens
+// the horizon; with a server that keeps failing (5xx, never stored) and a
+// clock that jumps, no attempt is sent after the horizon.
+func TestE2E_HorizonAndShorterWindow(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	s := newE2EServer(t, &server.Config{Window: 10 * time.Minute})
+	var mu sync.Mutex
+	var sentAt []time.Time
+	s.setFront(func(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
+		mu.Lock()
+		sentAt = append(sentAt, clock.Now())
+		mu.Unlock()
+		rec := httptest.NewRecorder()
+		next.ServeHTTP(rec, r)
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		clock.Advance(2 * time.Minute)
+		// The handler ran; the gateway in front fails. Not stored: 5xx.
+		w.WriteHeader(http.StatusBadGateway)
+		return true
+	})
+	cfg := testConfig()
+	cfg.SendHookFunc = authHook
+	cfg.timeNowFunc = clock.Now
+	b := setup(t, cfg, nil)
+	in, err := b.c.Do(testCtx(t), charge(s.srv.URL))
+	require.ErrorIs(t, err, ErrWindowExpired)
+	// 24h configured, 600 s advertised, margin min(1m, 60s): horizon = first + 9m.
+	require.Equal(t, in.FirstAttemptAt.Add(9*time.Minute), in.Horizon)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, sentAt, 5, "attempts at 0, 2, 4, 6 and 8 minutes")
+	for _, at := range sentAt {
+		require.False(t, at.After(in.Horizon))
+	}
+	require.Equal(t, 5, in.Attempts)
+}
+
+// TestE2E_CrashResumesWithSameKey: a child process is SIGKILLed while its
+// request is inside the handler; a new process on the same queue file takes
+// the intent over after the lease, resends it with the same key and gets
+// the stored response. Exactly one effect.
+func TestE2E_CrashResumesWithSameKey(t *testing.T) {
+	t.Parallel()
+	s := newE2EServer(t, nil)
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	var first atomic.Bool
+	s.setHold(func(r *http.Request) {
+		if !first.Swap(true) {
+			entered <- struct{}{}
+			<-release
+		}
+	})
+	queue := filepath.Join(t.TempDir(), "queue.db")
+	const key = "crash-key-1"
+	child := startChild(t, "do", "doomed", queue, s.srv.URL, childKeyEnv+"="+key)
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the child's request never arrived")
+	}
+	require.NoError(t, child.Process.Signal(syscall.SIGKILL))
+	err := child.Wait()
+	require.Error(t, err, "killed")
+	close(release) // the server finishes and stores the response; nobody hears it
+
+	resume := startChild(t, "resume", "heir", queue, s.srv.URL)
+	require.NoError(t, resume.Wait())
+
+	c, err := Open(testCtx(t), queue, testConfig())
+	require.NoError(t, err)
+	defer c.Close()
+	all, err := c.List(testCtx(t), nil)
+	require.NoError(t, err)
+	require.Len(t, all, 1)
+	in := all[0]
+	require.Equal(t, key, in.Key)
+	require.Equal(t, StateSucceeded, in.State)
+	require.True(t, in.Outcome.Replayed, "the resumed attempt got the stored response")
+	require.EqualValues(t, 1, s.effects.Load(), "exactly one effect")
+	require.GreaterOrEqual(t, in.Attempts, 2)
+	for _, k := range s.seenKeys() {
+		require.Equal(t, key, k)
+	}
+	log, err := c.Attempts(testCtx(t), in.ID)
+	require.NoError(t, err)
+	require.True(t, log[0].FinishedAt.IsZero(), "the killed attempt never finished")
+	require.Less(t, log[0].Token, log[len(log)-1].Token, "taken over with a new fencing token")
+}
+
+// TestE2E_KeysArriveExactly: keys that HTTP would mangle if sent bare
+// (surrounding spaces, a leading quote, a comma) are sent as RFC 8941
+// strings, so the server sees exactly the client's key; keys that cannot
+// be sent faithfully are refused before anything is queued.
+func TestE2E_KeysArriveExactly(t *testing.T) {
+	t.Parallel()
+	s := newE2EServer(t, nil)
+	var mu sync.Mutex
+	var seen []string
+	s.setFront(func(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
+		k, err := server.ParseKey(r.Header.Values("Idempotency-Key"))
+		if err == nil {
+			mu.Lock()
+			seen = append(seen, k)
+			mu.Unlock()
+		}
+		return false
+	})
+	cfg := testConfig()
+	cfg.SendHookFunc = authHook
+	b := setup(t, cfg, nil)
+	keys := []string{"padded", " padded ", "collide", `"collide"`, "a,b", `back\slash "q"`, "ключ-1"}
+	for i, key := range keys {
+		req := charge(s.srv.URL)
+		req.Key = key
+		req.Body = []byte(fmt.Sprintf(`{"amount": %d}`, i+1))
+		in, err := b.c.Do(testCtx(t), req)
+		require.NoError(t, err, "key %q", key)
+		require.False(t, in.Outcome.Replayed, "key %q got another intent's replay", key)
+	}
+	require.Equal(t, keys, seen)
+	require.EqualValues(t, len(keys), s.effects.Load())
+
+	for _, bad := range []string{"a\u0085b", "tab\there", " ключ ", "\"ключ\""} {
+		_, err := b.c.Do(testCtx(t), &Request{URL: s.srv.URL + "/charges", Key: bad})
+		require.ErrorIs(t, err, ErrInvalidRequest, "key %q", bad)
+	}
+	counts, err := b.c.Counts(testCtx(t))
+	require.NoError(t, err)
+	require.Equal(t, map[IntentState]int{StateSucceeded: len(keys)}, counts)
+}

@@ -1,0 +1,161 @@
+package idemkit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+
+	"github.com/idemkit/idemkit"
+)
+
+// exampleQueue returns a fresh queue path and a cleanup function.
+func exampleQueue() (string, func()) {
+	dir, err := os.MkdirTemp("", "idemkit-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	return filepath.Join(dir, "queue.db"), func() { os.RemoveAll(dir) }
+}
+
+// A server that answers 503 once: Do retries with the same key.
+func ExampleClient_Do() {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"charge":"ch_1"}`)
+	}))
+	defer srv.Close()
+	path, cleanup := exampleQueue()
+	defer cleanup()
+
+	ctx := context.Background()
+	c, err := idemkit.Open(ctx, path, &idemkit.Config{
+		SendHookFunc: func(r *http.Request) error {
+			r.Header.Set("Authorization", "Bearer sk_test") // added at send time, never stored
+			return nil
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	in, err := c.Do(ctx, &idemkit.Request{
+		URL:    srv.URL + "/charges",
+		Header: http.Header{"Content-Type": {"application/json"}},
+		Body:   []byte(`{"amount":4000}`),
+		Key:    "order-1234-payment",
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(in.State, in.Attempts, in.Outcome.Status, string(in.Outcome.Body))
+	// Output: succeeded 2 201 {"charge":"ch_1"}
+}
+
+// Submit persists; Run sends; Wait reports.
+func ExampleClient_Run() {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Idempotent-Replayed", "true") // as if an earlier attempt had done it
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	path, cleanup := exampleQueue()
+	defer cleanup()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	c, err := idemkit.Open(ctx, path, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	done := make(chan error)
+	go func() { done <- c.Run(ctx) }()
+
+	in, err := c.Submit(ctx, &idemkit.Request{URL: srv.URL + "/orders"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	in, err = c.Wait(ctx, in.ID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(in.State, in.Outcome.Replayed)
+	cancel()
+	<-done
+	// Output: succeeded true
+}
+
+// A 422 means the key was used before for another request.
+func ExampleErrKeyReused() {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnprocessableEntity)
+	}))
+	defer srv.Close()
+	path, cleanup := exampleQueue()
+	defer cleanup()
+
+	c, err := idemkit.Open(context.Background(), path, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.Do(context.Background(), &idemkit.Request{URL: srv.URL, Key: "reused"})
+	var re *idemkit.ResultError
+	fmt.Println(errors.Is(err, idemkit.ErrKeyReused), errors.As(err, &re), re.Intent.State)
+	// Output: true true failed
+}
+
+// SubmitTx queues an intent in the caller's own transaction: it is sent only
+// if the transaction commits.
+func ExampleClient_SubmitTx() {
+	path, cleanup := exampleQueue()
+	defer cleanup()
+	ctx := context.Background()
+	c, err := idemkit.Open(ctx, path, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	// Open a second handle on the same file for the application's own
+	// writes (any *sql.DB on the queue file works).
+	db, err := openSQLite(path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS orders (id TEXT PRIMARY KEY)`); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id) VALUES ('o-1')`); err != nil {
+		log.Fatal(err)
+	}
+	in, err := c.SubmitTx(ctx, tx, &idemkit.Request{URL: "https://api.example.com/fulfil", Key: "o-1-fulfil"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		log.Fatal(err)
+	}
+	got, err := c.Get(ctx, in.ID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(got.Key, got.State)
+	// Output: o-1-fulfil pending
+}

@@ -1,0 +1,286 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/idemkit/idemkit/internal/testpg"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// buildBinary builds the demo into a temporary directory.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	out := filepath.Join(t.TempDir(), "killresume")
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	output, err := exec.CommandContext(ctx, goBin, "build", "-o", out, ".").CombinedOutput()
+	require.NoError(t, err, "go build: %s", output)
+	return out
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// demoRun is one run of the demo binary.
+type demoRun struct {
+	cmd    *exec.Cmd
+	tmp    string // the TMPDIR it ran with
+	stdout *syncBuffer
+	stderr *syncBuffer
+	lines  chan string // stdout, line by line
+	done   chan error
+}
+
+// startDemo runs the demo with args, its temporary files under a TMPDIR of
+// the test's own.
+func startDemo(t *testing.T, bin string, args ...string) *demoRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	t.Cleanup(cancel)
+	r := &demoRun{tmp: t.TempDir(), stdout: &syncBuffer{}, stderr: &syncBuffer{},
+		lines: make(chan string, 1024), done: make(chan error, 1)}
+	r.cmd = exec.CommandContext(ctx, bin, args...)
+	r.cmd.Env = append(os.Environ(), "TMPDIR="+r.tmp)
+	r.cmd.Stderr = r.stderr
+	pipe, err := r.cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, r.cmd.Start())
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			_, _ = r.stdout.Write(append(sc.Bytes(), '\n'))
+			select {
+			case r.lines <- sc.Text():
+			default:
+			}
+		}
+		_, _ = io.Copy(io.Discard, pipe)
+		r.done <- r.cmd.Wait()
+	}()
+	return r
+}
+
+// wait returns the exit code.
+func (r *demoRun) wait(t *testing.T) int {
+	t.Helper()
+	err := <-r.done
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	require.NoError(t, err, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	return 0
+}
+
+var (
+	tempDirRe   = regexp.MustCompile(`(?m)^temp dir: (\S+)`)
+	listeningRe = regexp.MustCompile(`listening on (http://127\.0\.0\.1:\d+)`)
+	pidRe       = regexp.MustCompile(`\(pid (\d+)\)`)
+	verdictRe   = regexp.MustCompile(`(?m)^VERDICT: idemkit charged exactly once \(1 payment\); naive client charged (\d+) times?$`)
+)
+
+// requireCleanedUp checks that the demo left nothing behind: its temp dir
+// is gone (and nothing else is in its TMPDIR), the server's port no longer
+// answers, and (on Linux) no process it named still exists.
+func requireCleanedUp(t *testing.T, r *demoRun) {
+	t.Helper()
+	out := r.stdout.String()
+	m := tempDirRe.FindStringSubmatch(out)
+	require.NotNil(t, m, "no temp dir line in:\n%s", out)
+	require.True(t, strings.HasPrefix(m[1], r.tmp), "temp dir %s outside TMPDIR %s", m[1], r.tmp)
+	_, err := os.Stat(m[1])
+	require.True(t, errors.Is(err, os.ErrNotExist), "temp dir %s still exists (stat: %v)", m[1], err)
+	left, err := os.ReadDir(r.tmp)
+	require.NoError(t, err)
+	require.Empty(t, left, "files left in TMPDIR")
+
+	if m := listeningRe.FindStringSubmatch(out); m != nil {
+		conn, err := net.DialTimeout("tcp", strings.TrimPrefix(m[1], "http://"), time.Second)
+		if err == nil {
+			conn.Close()
+		}
+		require.Error(t, err, "the server at %s still answers", m[1])
+	}
+	if runtime.GOOS == "linux" {
+		for _, m := range pidRe.FindAllStringSubmatch(out, -1) {
+			pid, err := strconv.Atoi(m[1])
+			require.NoError(t, err)
+			_, err = os.Stat(fmt.Sprintf("/proc/%d", pid))
+			require.True(t, errors.Is(err, os.ErrNotExist), "process %d is still running", pid)
+		}
+	}
+}
+
+// TestDemo runs the demo on each backend and checks its verdict and story.
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	for _, tc := range []struct {
+		name string
+		args func(t *testing.T) []string
+	}{
+		{"sqlite", func(*testing.T) []string { return nil }},
+		{"postgres", func(t *testing.T) []string { return []string{"--dsn", testpg.SchemaDSN(t)} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := startDemo(t, bin, tc.args(t)...)
+			code := r.wait(t)
+			out := r.stdout.String()
+			require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, r.stderr)
+
+			m := verdictRe.FindStringSubmatch(out)
+			require.NotNil(t, m, "no passing VERDICT line in:\n%s", out)
+			require.Equal(t, "2", m[1], "the naive client should have charged twice:\n%s", out)
+			require.Contains(t, out, "1 payment\n", "the idemkit ledger holds one payment")
+
+			// The story, in order: persisted before sent, the kill, the
+			// queue still pending, the resume with the same key, the replay.
+			keyRe := regexp.MustCompile(`Submit returned: intent (\S+) is on disk \(fsynced\), pending, Idempotency-Key (\S+); nothing has been sent yet`)
+			km := keyRe.FindStringSubmatch(out)
+			require.NotNil(t, km, "no persisted line in:\n%s", out)
+			key := km[2]
+			requireInOrder(t, out,
+				"Submit returned: intent",
+				"-> POST /v1/payments  Idempotency-Key: "+key,
+				"charge started for alice-",
+				"kill -9 client",
+				"no outcome",
+				"resuming it with the SAME Idempotency-Key "+key,
+				"<- 201 Created  Idempotent-Replayed: true",
+				"VERDICT:",
+			)
+			require.Contains(t, out, "is in the ledger: the server finished the charge although its client was dead")
+			require.Contains(t, out, "POST key "+key+": 201, payment", "the server committed the killed client's charge")
+			if strings.Contains(out, "<- 409 Conflict") {
+				// Timing gave a 409: it came before the replay.
+				requireInOrder(t, out, "resuming it", "<- 409 Conflict  Retry-After:", "<- 201 Created  Idempotent-Replayed: true")
+				require.Contains(t, out, "409 in-flight")
+			}
+			requireCleanedUp(t, r)
+		})
+	}
+}
+
+// requireInOrder requires each of subs in s, each after the previous one.
+func requireInOrder(t *testing.T, s string, subs ...string) {
+	t.Helper()
+	at := 0
+	for _, sub := range subs {
+		i := strings.Index(s[at:], sub)
+		require.GreaterOrEqual(t, i, 0, "%q missing after offset %d in:\n%s", sub, at, s)
+		at += i + len(sub)
+	}
+}
+
+// TestDemo_Interrupt sends SIGINT (Ctrl-C) while a payment is in flight: the
+// demo stops every process it started and removes its temp dir.
+func TestDemo_Interrupt(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS == "windows" {
+		t.Skip("no SIGINT to send on Windows")
+	}
+	bin := buildBinary(t)
+	r := startDemo(t, bin)
+	timeout := time.NewTimer(30 * time.Second)
+	defer timeout.Stop()
+wait:
+	for {
+		select {
+		case line := <-r.lines:
+			if strings.Contains(line, "charge started") {
+				break wait
+			}
+		case err := <-r.done:
+			t.Fatalf("the demo exited (%v) before a charge started:\n%s", err, r.stdout)
+		case <-timeout.C:
+			t.Fatalf("no charge started within 30s:\n%s", r.stdout)
+		}
+	}
+	require.NoError(t, r.cmd.Process.Signal(os.Interrupt))
+	code := r.wait(t)
+	out := r.stdout.String()
+	require.Equal(t, exitInterrupted, code, "stdout:\n%s\nstderr:\n%s", out, r.stderr)
+	require.Contains(t, out, "cleanup: interrupted; stopped server (pid")
+	require.NotContains(t, out, "VERDICT")
+	require.Contains(t, r.stderr.String(), "interrupted")
+	requireCleanedUp(t, r)
+}
+
+func TestParseFlags(t *testing.T) {
+	t.Parallel()
+
+	o, err := parseFlags(nil, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, options{delay: 3 * time.Second}, o)
+
+	o, err = parseFlags([]string{"--dsn", "postgres://x", "--delay", "5s", "--keep", "--verbose"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, options{dsn: "postgres://x", delay: 5 * time.Second, keep: true, verbose: true}, o)
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--delay", "500ms"}, "--delay"},
+		{[]string{"--delay", "11s"}, "--delay"},
+		{[]string{"--nope"}, "nope"},
+		{[]string{"extra"}, "unexpected arguments"},
+	} {
+		var stderr syncBuffer
+		_, err := parseFlags(tc.args, &stderr)
+		require.Error(t, err, "args %q", tc.args)
+		require.Contains(t, err.Error()+stderr.String(), tc.want, "args %q", tc.args)
+	}
+}
+
+func TestClientTiming(t *testing.T) {
+	t.Parallel()
+	for _, d := range []time.Duration{time.Second, 3 * time.Second, maxDelay} {
+		lease, attempt := clientLease(d), clientAttemptTimeout(d)
+		require.Less(t, lease, d, "delay %v: the lease must run out while the first request is in flight", d)
+		require.Less(t, attempt, lease, "delay %v: the SDK requires AttemptTimeout < LeaseDuration", d)
+		require.Greater(t, attempt, serverLockTimeout, "delay %v: a 409 must come back within one attempt", d)
+	}
+}

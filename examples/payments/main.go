@@ -1,0 +1,177 @@
+// Command payments serves a small payments API built on idemkit's server
+// package (see internal/paymentsapi): POST /v1/payments is protected by an
+// Idempotency-Key, and the payment row and the idempotency record commit in
+// one transaction.
+//
+//	go run ./examples/payments [--addr 127.0.0.1:8080] [--dsn postgres://...] [--db FILE] [--window 24h] [--delay 0s]
+//
+// Without --dsn it keeps everything in the SQLite file --db and needs nothing
+// installed; with --dsn it uses PostgreSQL. Once it accepts connections it
+// prints one line on stdout, "listening on http://HOST:PORT", which other
+// tools parse (use --addr 127.0.0.1:0 for a free port). Logs go to stderr.
+// SIGINT or SIGTERM shut it down gracefully. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/idemkit/idemkit/internal/paymentsapi"
+)
+
+// shutdownTimeout bounds the graceful shutdown.
+const shutdownTimeout = 10 * time.Second
+
+// addrDefault is the default of --addr.
+const addrDefault = "127.0.0.1:8080"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "payments:", err)
+		os.Exit(1)
+	}
+}
+
+// options are the command line: the listen address and the API's Config.
+type options struct {
+	addr string
+	// sweep is --sweep: 0 runs no sweeper.
+	sweep time.Duration
+	mode  string
+	cfg   paymentsapi.Config
+}
+
+func defaultOptions() options {
+	return options{
+		addr:  addrDefault,
+		sweep: paymentsapi.SweepIntervalDefault,
+		mode:  string(paymentsapi.ModeDefault),
+		cfg:   paymentsapi.Config{DB: paymentsapi.DBDefault, Window: paymentsapi.WindowDefault},
+	}
+}
+
+// parseFlags parses the command line into options.
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	o := defaultOptions()
+	fs := flag.NewFlagSet("payments", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.addr, "addr", o.addr, "listen address; 127.0.0.1:0 picks a free port")
+	fs.StringVar(&o.cfg.DSN, "dsn", o.cfg.DSN, "PostgreSQL DSN (postgres://...); without it the SQLite file --db is used")
+	fs.StringVar(&o.cfg.DB, "db", o.cfg.DB, "SQLite database file, created if missing (ignored with --dsn)")
+	fs.DurationVar(&o.cfg.Window, "window", o.cfg.Window, "idempotency window: how long a key is remembered and replayed")
+	fs.DurationVar(&o.cfg.Delay, "delay", o.cfg.Delay, "hold each payment handler this long before the payment is made")
+	fs.StringVar(&o.mode, "mode", o.mode, `"transactional" (payment, claim and response in one transaction) or "lease" (claim committed first, payment deduplicated by key)`)
+	fs.DurationVar(&o.cfg.LeaseDuration, "lease", o.cfg.LeaseDuration, "lease mode: how long a claim holds before a retry may take it over (0: 30s, capped at half the window)")
+	fs.DurationVar(&o.sweep, "sweep", o.sweep, "interval of the sweeper that deletes expired idempotency records (0: no sweeper)")
+	fs.BoolVar(&o.cfg.AbortOnDisconnect, "abort-on-disconnect", o.cfg.AbortOnDisconnect, "give up (and roll back) a payment when its client disconnects; by default it is finished anyway")
+	if err := fs.Parse(args); err != nil {
+		return options{}, err
+	}
+	if fs.NArg() > 0 {
+		return options{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if err := o.validate(); err != nil {
+		return options{}, err
+	}
+	o.cfg.Mode = paymentsapi.Mode(o.mode)
+	o.cfg.SweepInterval = o.sweep
+	if o.sweep == 0 {
+		o.cfg.SweepInterval = -1
+	}
+	return o, nil
+}
+
+// validate returns an error naming the flag that is wrong.
+func (o options) validate() error {
+	var errs []error
+	if o.addr == "" {
+		errs = append(errs, errors.New("--addr must not be empty"))
+	}
+	if o.cfg.DSN == "" && o.cfg.DB == "" {
+		errs = append(errs, errors.New("--db must not be empty without --dsn"))
+	}
+	if o.cfg.Window < time.Second {
+		errs = append(errs, fmt.Errorf("--window must be at least 1s, got %v", o.cfg.Window))
+	}
+	if o.cfg.Delay < 0 {
+		errs = append(errs, fmt.Errorf("--delay must not be negative, got %v", o.cfg.Delay))
+	}
+	if m := paymentsapi.Mode(o.mode); m != paymentsapi.ModeTransactional && m != paymentsapi.ModeLease {
+		errs = append(errs, fmt.Errorf("--mode must be %q or %q, got %q", paymentsapi.ModeTransactional, paymentsapi.ModeLease, o.mode))
+	}
+	if l := o.cfg.LeaseDuration; l < 0 || (l > 0 && l >= o.cfg.Window) {
+		errs = append(errs, fmt.Errorf("--lease must be positive and shorter than --window (%v), got %v", o.cfg.Window, l))
+	}
+	if o.sweep < 0 {
+		errs = append(errs, fmt.Errorf("--sweep must not be negative, got %v", o.sweep))
+	}
+	return errors.Join(errs...)
+}
+
+// run serves the API until ctx is canceled, then shuts down gracefully:
+// handlers still in their --delay give up with 503 (nothing is committed),
+// the others finish, and the database is closed.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	o.cfg.Logger = logger
+
+	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	app, err := paymentsapi.Open(openCtx, &o.cfg)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer app.Close()
+
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           app.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	cfg := app.Config()
+	logger.Info("payments API started", "addr", ln.Addr().String(), "backend", app.Backend(), "mode", cfg.Mode,
+		"window", cfg.Window, "delay", cfg.Delay)
+	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down")
+	app.StopHandlers()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	<-serveErr // http.ErrServerClosed
+	return nil
+}

@@ -1,0 +1,463 @@
+package idemkit
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// IntentState is the state of an [Intent].
+type IntentState string
+
+const (
+	// StatePending: no definitive answer yet. The intent is due at
+	// NextAttemptAt (or is being sent by some process right now).
+	StatePending IntentState = "pending"
+	// StateSucceeded: the server answered 2xx, fresh or replayed.
+	StateSucceeded IntentState = "succeeded"
+	// StateFailed: a definitive answer that is not a success, such as a 4xx
+	// other than 408, 409, 425 and 429 (422 "key reused" included).
+	StateFailed IntentState = "failed"
+	// StateExpired: the horizon passed without a definitive answer. The
+	// outcome is unknown and needs reconciliation.
+	StateExpired IntentState = "expired"
+	// StateCanceled: canceled by the caller before a definitive answer.
+	StateCanceled IntentState = "canceled"
+)
+
+func (s IntentState) valid() bool {
+	switch s {
+	case StatePending, StateSucceeded, StateFailed, StateExpired, StateCanceled:
+		return true
+	}
+	return false
+}
+
+// MaxBodySize is the largest request body a [Request] may carry (10 MiB).
+// Larger bodies are refused with [ErrInvalidRequest]; the stored response
+// body of an Outcome is cut at the same size.
+const MaxBodySize = 10 << 20
+
+// maxKeyLen is the longest Idempotency-Key the wire contract allows.
+const maxKeyLen = 255
+
+// Request is what the caller wants sent, once, with one key.
+type Request struct {
+	// Method defaults to POST.
+	Method string
+	// URL must be absolute http or https, without user:password@.
+	URL string
+	// Header is sent with every attempt. Headers named in
+	// Config.CredentialHeaders are never stored: this process keeps them in
+	// memory for as long as it drives the intent, and a process that resumes
+	// the intent later gets them from Config.SendHookFunc.
+	Header http.Header
+	// Body is sent with every attempt; at most MaxBodySize bytes.
+	Body []byte
+	// Key is the Idempotency-Key. When empty, an Idempotency-Key header is
+	// used if present, else a random UUID is minted, once.
+	Key string
+}
+
+// Intent is one user action: one request, one key, driven to an outcome.
+type Intent struct {
+	ID    string
+	Key   string
+	State IntentState
+
+	Method string
+	URL    string
+	Header http.Header // as stored: without credential headers
+	Body   []byte
+	// Fingerprint is the SHA-256 of the method, URL and body. Submitting the
+	// same key again with a different fingerprint is ErrKeyReused.
+	Fingerprint []byte
+
+	Attempts      int
+	NextAttemptAt time.Time
+	// FirstAttemptAt is zero until the first attempt starts.
+	FirstAttemptAt time.Time
+	// Horizon is the last instant an attempt may start: FirstAttemptAt plus
+	// the effective window minus the safety margin. Zero until the first
+	// attempt; once set it only ever moves earlier.
+	Horizon   time.Time
+	CreatedAt time.Time
+	UpdatedAt time.Time
+
+	// Outcome is the definitive response; nil while pending, and for
+	// expired or canceled intents.
+	Outcome *Outcome
+	// LastError describes the last failed attempt or why the intent ended.
+	LastError string
+}
+
+// Outcome is the definitive response to an intent.
+type Outcome struct {
+	Status int
+	// Header is the response header, without Set-Cookie.
+	Header http.Header
+	Body   []byte
+	// Replayed is true when the server answered from its idempotency store
+	// (Idempotent-Replayed: true): the effect happened on an earlier attempt.
+	Replayed bool
+}
+
+// Attempt is one entry of an intent's attempt log.
+type Attempt struct {
+	N          int
+	Token      int64 // the lease's fencing token
+	StartedAt  time.Time
+	FinishedAt time.Time // zero if the process died mid-attempt
+	Status     int       // 0 when there was no response
+	Error      string
+	Replayed   bool
+}
+
+// ListOptions filters [Client.List]. The zero value lists the oldest 100
+// intents of every state.
+type ListOptions struct {
+	// State keeps only intents in this state. Empty means every state.
+	State IntentState
+	// UpdatedSince keeps only intents last updated at or after this time.
+	UpdatedSince time.Time
+	// Limit is the maximum number of intents. Defaults to 100.
+	Limit int
+}
+
+// fingerprintVersion prefixes every client fingerprint.
+const fingerprintVersion = "idemkit-client-fp-v1"
+
+func fingerprint(method, rawURL string, body []byte) []byte {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n%s\n%s\n%d\n", fingerprintVersion, method, rawURL, len(body))
+	h.Write(body)
+	return h.Sum(nil)
+}
+
+// prepared is a validated Request split into what is stored and what is
+// only kept in memory.
+type prepared struct {
+	method, url, host string
+	key               string
+	header            http.Header // stored
+	creds             http.Header // memory only
+	body              []byte
+	fp                []byte
+}
+
+// prepare validates req and separates the credential headers.
+func prepare(req *Request, credNames []string) (*prepared, error) {
+	if req == nil {
+		return nil, invalidf("nil Request")
+	}
+	method := req.Method
+	if method == "" {
+		method = http.MethodPost
+	}
+	if !validToken(method) {
+		return nil, invalidf("method %q is not a valid HTTP token", method)
+	}
+	u, err := url.Parse(req.URL)
+	if err != nil {
+		return nil, invalidf("URL: %v", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, invalidf("URL %q: scheme must be http or https", redact(req.URL))
+	}
+	if u.Host == "" {
+		return nil, invalidf("URL %q: no host", redact(req.URL))
+	}
+	if u.User != nil {
+		return nil, invalidf("URL: user:password@ would be stored in the queue; send credentials with Config.SendHookFunc")
+	}
+	if len(req.Body) > MaxBodySize {
+		return nil, invalidf("body is %d bytes, more than MaxBodySize (%d)", len(req.Body), MaxBodySize)
+	}
+	p := &prepared{
+		method: method,
+		url:    u.String(),
+		host:   strings.ToLower(u.Scheme + "://" + u.Host),
+		header: http.Header{},
+		creds:  http.Header{},
+		body:   req.Body,
+		key:    req.Key,
+	}
+	if p.body == nil {
+		p.body = []byte{}
+	}
+	isCred := map[string]bool{}
+	for _, n := range credNames {
+		isCred[http.CanonicalHeaderKey(n)] = true
+	}
+	for name, values := range req.Header {
+		if !validToken(name) {
+			return nil, invalidf("header name %q is not a valid HTTP token", name)
+		}
+		for _, v := range values {
+			if strings.ContainsAny(v, "\r\n\x00") {
+				return nil, invalidf("header %s: value contains CR, LF or NUL", name)
+			}
+		}
+		cn := http.CanonicalHeaderKey(name)
+		switch {
+		case cn == "Idempotency-Key":
+			if len(values) != 1 {
+				return nil, invalidf("Idempotency-Key header given %d times", len(values))
+			}
+			if p.key == "" {
+				p.key = values[0]
+			} else if p.key != values[0] {
+				return nil, invalidf("Request.Key and the Idempotency-Key header differ")
+			}
+		case isCred[cn]:
+			p.creds[cn] = append([]string(nil), values...)
+		default:
+			p.header[cn] = append([]string(nil), values...)
+		}
+	}
+	if p.key != "" {
+		if err := validateKey(p.key); err != nil {
+			return nil, err
+		}
+	}
+	p.fp = fingerprint(p.method, p.url, p.body)
+	return p, nil
+}
+
+// validateKey checks a key against the wire contract: 1 to 255 bytes of
+// valid UTF-8 without control characters (C0, DEL or C1), which survives the
+// trip to the server unchanged (see keyHeaderValue).
+func validateKey(k string) error {
+	if len(k) == 0 || len(k) > maxKeyLen {
+		return invalidf("key is %d bytes; it must be 1 to %d", len(k), maxKeyLen)
+	}
+	if !utf8.ValidString(k) {
+		return invalidf("key is not valid UTF-8")
+	}
+	for i, r := range k {
+		if unicode.IsControl(r) {
+			return invalidf("key has a control character (U+%04X) at byte %d", r, i)
+		}
+	}
+	if keyNeedsQuotes(k) && !printableASCII(k) {
+		return invalidf("key %q: a key that starts with a quote, contains a comma or has surrounding spaces must be printable ASCII (it is sent as an RFC 8941 string)", k)
+	}
+	return nil
+}
+
+// keyNeedsQuotes reports whether k, sent bare, would reach the server as a
+// different key: HTTP strips surrounding whitespace, a leading quote starts
+// an RFC 8941 string, a comma joins field lines.
+func keyNeedsQuotes(k string) bool {
+	return k[0] == '"' || strings.ContainsRune(k, ',') ||
+		strings.TrimLeft(k, " \t") != k || strings.TrimRight(k, " \t") != k
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// keyHeaderValue is the Idempotency-Key field value for k: bare when that is
+// unambiguous, else an RFC 8941 sf-string, so the server sees exactly k.
+func keyHeaderValue(k string) string {
+	if !keyNeedsQuotes(k) {
+		return k
+	}
+	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`)
+	return `"` + r.Replace(k) + `"`
+}
+
+// validToken reports whether s is an RFC 9110 token.
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// redact removes user info and the query from a URL for logs and errors.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<unparseable URL>"
+	}
+	u.User = nil
+	if u.RawQuery != "" {
+		u.RawQuery = "redacted"
+	}
+	return u.String()
+}
+
+// Timestamps are stored as fixed-width RFC 3339 UTC text with milliseconds,
+// so they sort as strings.
+const timeLayout = "2006-01-02T15:04:05.000Z"
+
+func formatTime(t time.Time) string { return t.UTC().Truncate(time.Millisecond).Format(timeLayout) }
+
+func parseTime(s string) (time.Time, error) {
+	if len(s) != len(timeLayout) {
+		return time.Time{}, fmt.Errorf("timestamp %q: want %s", s, timeLayout)
+	}
+	return time.Parse(timeLayout, s)
+}
+
+// row is one intents row as scanned, before decoding.
+type row struct {
+	id, key, state, method, url, host string
+	header                            []byte
+	body, fp                          []byte
+	attempts                          int64
+	nextAttemptAt                     string
+	firstAttemptAt, horizon           *string
+	leaseToken                        int64
+	outcomeStatus                     *int64
+	outcomeHeader                     []byte
+	outcomeBody                       []byte
+	outcomeReplayed                   *int64
+	lastError                         string
+	createdAt, updatedAt              string
+}
+
+// rowColumns lists the columns scanned into a row, in scan order.
+const rowColumns = `id, key, state, method, url, host, header, body, fingerprint, attempts,
+	next_attempt_at, first_attempt_at, horizon, lease_token, outcome_status, outcome_header,
+	outcome_body, outcome_replayed, last_error, created_at, updated_at`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRow(s scanner) (*row, error) {
+	r := &row{}
+	err := s.Scan(&r.id, &r.key, &r.state, &r.method, &r.url, &r.host, &r.header, &r.body, &r.fp,
+		&r.attempts, &r.nextAttemptAt, &r.firstAttemptAt, &r.horizon, &r.leaseToken, &r.outcomeStatus,
+		&r.outcomeHeader, &r.outcomeBody, &r.outcomeReplayed, &r.lastError, &r.createdAt, &r.updatedAt)
+	return r, err
+}
+
+// decodeIntent turns a stored row into an Intent. Anything it cannot make
+// sense of is ErrQueueCorrupt, never a panic.
+func decodeIntent(r *row) (*Intent, error) {
+	bad := func(what string, err error) error {
+		if err != nil {
+			return fmt.Errorf("%w: intent %q: %s: %v", ErrQueueCorrupt, r.id, what, err)
+		}
+		return fmt.Errorf("%w: intent %q: %s", ErrQueueCorrupt, r.id, what)
+	}
+	in := &Intent{
+		ID: r.id, Key: r.key, State: IntentState(r.state), Method: r.method, URL: r.url,
+		Body: r.body, Fingerprint: r.fp, Attempts: int(r.attempts), LastError: r.lastError,
+	}
+	if r.id == "" {
+		return nil, bad("empty id", nil)
+	}
+	if !in.State.valid() {
+		return nil, bad(fmt.Sprintf("unknown state %q", r.state), nil)
+	}
+	if err := validateKey(r.key); err != nil {
+		return nil, bad("key", err)
+	}
+	if !validToken(r.method) {
+		return nil, bad("method", nil)
+	}
+	if r.attempts < 0 || r.attempts > 1<<31 {
+		return nil, bad("attempts out of range", nil)
+	}
+	if len(r.body) > MaxBodySize {
+		return nil, bad("body over MaxBodySize", nil)
+	}
+	if in.Body == nil {
+		in.Body = []byte{}
+	}
+	h, err := decodeHeader(r.header)
+	if err != nil {
+		return nil, bad("header", err)
+	}
+	in.Header = h
+	var t time.Time
+	for _, f := range []struct {
+		dst  *time.Time
+		src  *string
+		name string
+	}{
+		{&in.NextAttemptAt, &r.nextAttemptAt, "next_attempt_at"},
+		{&in.FirstAttemptAt, r.firstAttemptAt, "first_attempt_at"},
+		{&in.Horizon, r.horizon, "horizon"},
+		{&in.CreatedAt, &r.createdAt, "created_at"},
+		{&in.UpdatedAt, &r.updatedAt, "updated_at"},
+	} {
+		if f.src == nil {
+			continue
+		}
+		if t, err = parseTime(*f.src); err != nil {
+			return nil, bad(f.name, err)
+		}
+		*f.dst = t
+	}
+	if r.outcomeStatus != nil {
+		st := *r.outcomeStatus
+		if st < 100 || st > 999 {
+			return nil, bad("outcome status out of range", nil)
+		}
+		oh, err := decodeHeader(r.outcomeHeader)
+		if err != nil {
+			return nil, bad("outcome header", err)
+		}
+		body := r.outcomeBody
+		if body == nil {
+			body = []byte{}
+		}
+		in.Outcome = &Outcome{Status: int(st), Header: oh, Body: body,
+			Replayed: r.outcomeReplayed != nil && *r.outcomeReplayed != 0}
+	}
+	return in, nil
+}
+
+func encodeHeader(h http.Header) []byte {
+	if h == nil {
+		h = http.Header{}
+	}
+	b, _ := json.Marshal(h) // a map of string slices always marshals
+	return b
+}
+
+func decodeHeader(b []byte) (http.Header, error) {
+	h := http.Header{}
+	if len(b) == 0 {
+		return h, nil
+	}
+	var m map[string][]string
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	for k, v := range m {
+		if !validToken(k) {
+			return nil, fmt.Errorf("header name %q", k)
+		}
+		for _, s := range v {
+			if strings.ContainsAny(s, "\r\n\x00") {
+				return nil, fmt.Errorf("header %s: CR, LF or NUL in value", k)
+			}
+		}
+		h[http.CanonicalHeaderKey(k)] = append(h[http.CanonicalHeaderKey(k)], v...)
+	}
+	return h, nil
+}

@@ -1,0 +1,156 @@
+package paymentsapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idemkit/server"
+)
+
+// App is a wired payments API: idempotency store, ledger, middleware and
+// handlers, on one database. Serve [App.Handler] with an http.Server; call
+// [App.StopHandlers] before shutting that server down and [App.Close] after.
+type App struct {
+	cfg      *Config
+	handler  http.Handler
+	handlers *handlers
+	backend  string // "sqlite" or "postgres"
+
+	stop      context.CancelFunc // cancels handlers.stopping
+	sweeper   *server.Sweeper
+	closers   []func()
+	closeOnce sync.Once
+}
+
+// Open opens the database (PostgreSQL with cfg.DSN, else the SQLite file
+// cfg.DB), creates the idempotency and payments tables if needed and wires
+// the API. cfg may be nil. ctx bounds the opening and the migrations only.
+func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	a := &App{cfg: cfg}
+	defer func() {
+		if err != nil {
+			a.Close()
+		}
+	}()
+
+	var store server.Store
+	var l ledger
+	if cfg.DSN != "" {
+		a.backend = "postgres"
+		pool, err := pgxpool.New(ctx, cfg.DSN)
+		if err != nil {
+			return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+		}
+		a.closers = append(a.closers, pool.Close)
+		if err := pool.Ping(ctx); err != nil {
+			return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+		}
+		st, err := server.NewPostgresStore(pool, nil)
+		if err != nil {
+			return nil, err
+		}
+		if err := st.Migrate(ctx); err != nil {
+			return nil, fmt.Errorf("migrate idempotency store: %w", err)
+		}
+		store, l = st, &pgLedger{pool: pool}
+	} else {
+		a.backend = "sqlite"
+		db, err := server.OpenSQLite(ctx, cfg.DB)
+		if err != nil {
+			return nil, err
+		}
+		a.closers = append(a.closers, func() { _ = db.Close() })
+		st, err := server.NewSQLiteStore(db, nil)
+		if err != nil {
+			return nil, err
+		}
+		if err := st.Migrate(ctx); err != nil {
+			return nil, fmt.Errorf("migrate idempotency store: %w", err)
+		}
+		store, l = st, &sqliteLedger{db: db}
+	}
+	if err := l.migrate(ctx); err != nil {
+		return nil, err
+	}
+
+	stopping, stop := context.WithCancel(context.Background())
+	a.stop = stop
+	a.handlers = &handlers{
+		ledger:            l,
+		logger:            cfg.Logger,
+		delay:             cfg.Delay,
+		abortOnDisconnect: cfg.AbortOnDisconnect,
+		stopping:          stopping,
+		timeNowFunc:       time.Now,
+		newIDFunc:         newPaymentID,
+		onChargeStart:     cfg.OnChargeStartFunc,
+	}
+	mw, err := server.New(store, &server.Config{
+		PrincipalFunc: bearerAccount,
+		Mode:          cfg.serverMode(),
+		Window:        cfg.Window,
+		LeaseDuration: cfg.LeaseDuration,
+		LockTimeout:   cfg.LockTimeout,
+		OnEventFunc:   a.handlers.logEvent,
+		Logger:        cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.handler = a.handlers.routes(mw)
+	if cfg.SweepInterval > 0 {
+		a.sweeper = server.StartSweeper(store, &server.SweeperConfig{Interval: cfg.SweepInterval, Logger: cfg.Logger})
+	}
+	return a, nil
+}
+
+// Handler returns the API: POST /v1/payments (protected by the idempotency
+// middleware) and GET /v1/payments.
+func (a *App) Handler() http.Handler { return a.handler }
+
+// Backend returns "sqlite" or "postgres".
+func (a *App) Backend() string { return a.backend }
+
+// Config returns the configuration the App runs with, defaults filled in.
+func (a *App) Config() Config { return *a.cfg }
+
+// Payments returns the account's payments, oldest first (the ledger GET
+// /v1/payments shows).
+func (a *App) Payments(ctx context.Context, account string) ([]Payment, error) {
+	return a.handlers.ledger.list(ctx, account)
+}
+
+// StopHandlers makes payment handlers still in their Delay give up with 503
+// (nothing is committed, a retry with the same key runs afresh). Call it
+// when the server starts shutting down, so that a graceful shutdown does not
+// wait out the delays.
+func (a *App) StopHandlers() {
+	if a.stop != nil {
+		a.stop()
+	}
+}
+
+// Close stops the sweeper and the handlers' delays and closes the database.
+// Call it after the HTTP server has shut down. It is safe to call more than
+// once.
+func (a *App) Close() {
+	a.closeOnce.Do(func() {
+		a.StopHandlers()
+		if a.sweeper != nil {
+			_ = a.sweeper.Close()
+		}
+		for i := len(a.closers) - 1; i >= 0; i-- {
+			a.closers[i]()
+		}
+		a.closers = nil
+	})
+}

@@ -1,0 +1,157 @@
+package paymentsapi
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/idemkit/idemkit/server"
+)
+
+// Mode is how the idempotency record and the payment are committed.
+type Mode string
+
+const (
+	// ModeTransactional claims the key, inserts the payment and stores the
+	// response in one database transaction (server.ModeTransactional).
+	ModeTransactional Mode = "transactional"
+	// ModeLease commits the claim first with a lease and inserts the payment
+	// separately, deduplicated by the key (a unique (account,
+	// idempotency_key)): the pattern for effects outside the store's
+	// database (server.ModeLease).
+	ModeLease Mode = "lease"
+)
+
+// Defaults of [Config].
+const (
+	// DBDefault is the SQLite database file used without a DSN.
+	DBDefault = "payments.db"
+	// WindowDefault is how long a key is remembered.
+	WindowDefault = 24 * time.Hour
+	// ModeDefault is the commit mode.
+	ModeDefault = ModeTransactional
+	// SweepIntervalDefault is the interval of the expired-record sweeper.
+	SweepIntervalDefault = time.Minute
+)
+
+// Config configures an [App]. The zero value is valid: an SQLite API in
+// DBDefault.
+type Config struct {
+	// DSN, if set, is a PostgreSQL connection string: the API migrates and
+	// uses PostgreSQL (pgxpool) and DB is ignored. Defaults to "" (SQLite).
+	DSN string
+
+	// DB is the SQLite database file, created if missing. Used only without
+	// DSN. Defaults to DBDefault ("payments.db").
+	DB string
+
+	// Window is how long a key is remembered and replayed; it is published
+	// in Idempotency-Window. Must be at least 1s. Defaults to WindowDefault
+	// (24h).
+	Window time.Duration
+
+	// Delay holds every payment handler this long before the payment is
+	// made, to make the in-flight window visible. Defaults to 0.
+	Delay time.Duration
+
+	// Mode is ModeTransactional or ModeLease. Defaults to ModeDefault
+	// (transactional).
+	Mode Mode
+
+	// LeaseDuration is, in lease mode, how long a claim holds before a retry
+	// may take it over. Must be shorter than Window. Defaults to
+	// server.LeaseDurationDefault (30s), capped at half the Window.
+	LeaseDuration time.Duration
+
+	// LockTimeout is, in transactional mode, how long a claim waits on a
+	// concurrent uncommitted claim of the same key before answering 409
+	// (PostgreSQL; SQLite answers at once). Defaults to
+	// server.LockTimeoutDefault (3s).
+	LockTimeout time.Duration
+
+	// SweepInterval is the interval of the sweeper that deletes expired
+	// idempotency records; a negative value runs no sweeper. Defaults to
+	// SweepIntervalDefault (1m).
+	SweepInterval time.Duration
+
+	// AbortOnDisconnect makes a payment handler give up (and roll back) when
+	// its client disconnects. Otherwise the handler finishes the payment
+	// anyway, like a real server that cannot tell a lost client from a slow
+	// one. Defaults to false.
+	AbortOnDisconnect bool
+
+	// OnChargeStartFunc, if set, is called when a payment handler has
+	// validated its request and is about to make the payment (before Delay),
+	// with the account and the Idempotency-Key. It runs on the handler's
+	// goroutine and must not block. Defaults to nil.
+	OnChargeStartFunc func(account, key string)
+
+	// Logger receives one line per request and the API's errors. Defaults to
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns a copy of c (which may be nil) with every unset field
+// set to its default.
+func (c *Config) WithDefaults() *Config {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	if out.DSN == "" && out.DB == "" {
+		out.DB = DBDefault
+	}
+	if out.Window == 0 {
+		out.Window = WindowDefault
+	}
+	if out.Mode == "" {
+		out.Mode = ModeDefault
+	}
+	if out.LeaseDuration == 0 {
+		out.LeaseDuration = min(server.LeaseDurationDefault, out.Window/2)
+	}
+	if out.LockTimeout == 0 {
+		out.LockTimeout = server.LockTimeoutDefault
+	}
+	if out.SweepInterval == 0 {
+		out.SweepInterval = SweepIntervalDefault
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	return &out
+}
+
+// validate returns an error naming every field that is wrong. Call it on a
+// Config with defaults.
+func (c *Config) validate() error {
+	var errs []error
+	if c.Window < time.Second {
+		errs = append(errs, fmt.Errorf("paymentsapi: Config.Window must be at least 1s, got %v", c.Window))
+	}
+	if c.Delay < 0 {
+		errs = append(errs, fmt.Errorf("paymentsapi: Config.Delay must not be negative, got %v", c.Delay))
+	}
+	if c.Mode != ModeTransactional && c.Mode != ModeLease {
+		errs = append(errs, fmt.Errorf("paymentsapi: Config.Mode must be %q or %q, got %q", ModeTransactional, ModeLease, c.Mode))
+	}
+	if c.LeaseDuration <= 0 || c.LeaseDuration >= c.Window {
+		errs = append(errs, fmt.Errorf("paymentsapi: Config.LeaseDuration must be positive and shorter than Config.Window (%v), got %v", c.Window, c.LeaseDuration))
+	}
+	if c.LockTimeout < 0 {
+		errs = append(errs, fmt.Errorf("paymentsapi: Config.LockTimeout must not be negative, got %v", c.LockTimeout))
+	}
+	if errs != nil {
+		return errors.Join(errs...)
+	}
+	return nil
+}
+
+// serverMode is the middleware mode of c.Mode.
+func (c *Config) serverMode() server.Mode {
+	if c.Mode == ModeLease {
+		return server.ModeLease
+	}
+	return server.ModeTransactional
+}

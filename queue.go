@@ -1,0 +1,771 @@
+package idemkit
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+//go:embed schema/*.sql
+var schemaFS embed.FS
+
+// SQLite result codes the queue interprets (primary codes, low byte).
+const (
+	sqliteBusy     = 5
+	sqliteLocked   = 6
+	sqliteReadOnly = 8
+	sqliteCorrupt  = 11
+	sqliteNotADB   = 26
+)
+
+// interpretError translates driver errors at the queue boundary: by result
+// code when the driver exposes one (modernc.org/sqlite), by message
+// otherwise.
+func interpretError(err error) error {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if strings.HasPrefix(err.Error(), "idemkit") {
+		return err // ours already (a sentinel, or interpreted before)
+	}
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) {
+		switch coded.Code() & 0xff {
+		case sqliteBusy, sqliteLocked:
+			return fmt.Errorf("%w: %v", ErrQueueLocked, err)
+		case sqliteReadOnly:
+			return fmt.Errorf("%w: %v", ErrQueueReadOnly, err)
+		case sqliteCorrupt, sqliteNotADB:
+			return fmt.Errorf("%w: %v", ErrQueueCorrupt, err)
+		}
+		return fmt.Errorf("idemkit: queue: %w", err)
+	}
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "database is locked"), strings.Contains(msg, "SQLITE_BUSY"):
+		return fmt.Errorf("%w: %v", ErrQueueLocked, err)
+	case strings.Contains(msg, "readonly database"):
+		return fmt.Errorf("%w: %v", ErrQueueReadOnly, err)
+	case strings.Contains(msg, "file is not a database"), strings.Contains(msg, "malformed"):
+		return fmt.Errorf("%w: %v", ErrQueueCorrupt, err)
+	}
+	return fmt.Errorf("idemkit: queue: %w", err)
+}
+
+// queue is the SQLite side of a Client. Every write goes through wmu, so this
+// process never contends with itself for SQLite's single write lock (which
+// would cost busy-handler sleeps); other processes are handled by the busy
+// timeout and BEGIN IMMEDIATE.
+type queue struct {
+	db  *sql.DB
+	wmu sync.Mutex
+	// busyRetry, when positive, is how long BEGIN IMMEDIATE is retried in Go
+	// while another process holds the write lock. Open sets it and keeps
+	// SQLite's own busy handler short: that handler backs off to 100 ms
+	// sleeps, so a process polling through it loses the lock, over and over,
+	// to a busy neighbour; short jittered retries here keep two processes
+	// sharing a queue fair.
+	busyRetry time.Duration
+
+	// batches counts group commits; waiting counts Submit calls waiting for
+	// one (both for tests and the curious).
+	batches atomic.Int64
+	waiting atomic.Int64
+	commits atomic.Int64 // write transactions committed (each one fsync)
+}
+
+// execer is what *sql.Conn and *sql.Tx have in common.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
+}
+
+// inTx runs fn in a BEGIN IMMEDIATE transaction on a connection of its own:
+// the write lock is taken at BEGIN, so a read in fn can never be invalidated
+// by another writer (no SQLITE_BUSY_SNAPSHOT). It commits if fn returns nil
+// and rolls back on an error or a panic.
+func (q *queue) inTx(ctx context.Context, fn func(ex execer) error) (err error) {
+	q.wmu.Lock()
+	defer q.wmu.Unlock()
+	conn, err := q.db.Conn(ctx)
+	if err != nil {
+		return interpretError(err)
+	}
+	defer conn.Close()
+	if err := q.begin(ctx, conn); err != nil {
+		return err
+	}
+	done := false
+	defer func() {
+		if done {
+			return
+		}
+		// Roll back even when ctx is canceled; if that fails too, the
+		// connection may still be inside a transaction: discard it.
+		if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
+	if err := fn(conn); err != nil {
+		return interpretError(err)
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		return interpretError(err)
+	}
+	done = true
+	q.commits.Add(1)
+	return nil
+}
+
+// begin runs BEGIN IMMEDIATE, retrying for up to q.busyRetry while the
+// write lock is held elsewhere.
+func (q *queue) begin(ctx context.Context, conn *sql.Conn) error {
+	var deadline time.Time
+	for {
+		_, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE")
+		if err == nil {
+			return nil
+		}
+		err = interpretError(err)
+		if !errors.Is(err, ErrQueueLocked) || q.busyRetry <= 0 {
+			return err
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(q.busyRetry)
+		} else if time.Now().After(deadline) {
+			return err
+		}
+		t := time.NewTimer(time.Millisecond + rand.N(4*time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+const migrationsTable = `CREATE TABLE IF NOT EXISTS idemkit_client_migrations (
+	version    INTEGER PRIMARY KEY,
+	applied_at TEXT    NOT NULL
+) STRICT`
+
+// migrate applies the embedded schema files whose number is above the
+// highest applied version, each in its own transaction.
+func (q *queue) migrate(ctx context.Context, now time.Time) error {
+	names, err := fs.Glob(schemaFS, "schema/*.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	return q.inTx(ctx, func(ex execer) error {
+		if _, err := ex.ExecContext(ctx, migrationsTable); err != nil {
+			return err
+		}
+		var current int
+		if err := ex.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM idemkit_client_migrations`).Scan(&current); err != nil {
+			return err
+		}
+		for _, name := range names {
+			base := strings.TrimPrefix(name, "schema/")
+			v, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+			if err != nil {
+				return fmt.Errorf("idemkit: migration %s: name must start with a number", base)
+			}
+			if v <= current {
+				continue
+			}
+			script, err := schemaFS.ReadFile(name)
+			if err != nil {
+				return err
+			}
+			if _, err := ex.ExecContext(ctx, string(script)); err != nil {
+				return fmt.Errorf("idemkit: migration %s: %w", base, err)
+			}
+			if _, err := ex.ExecContext(ctx, `INSERT INTO idemkit_client_migrations (version, applied_at) VALUES (?, ?)`, v, formatTime(now)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+const (
+	sqlInsertIntent = `INSERT INTO idemkit_intents
+	(id, key, state, method, url, host, header, body, fingerprint, attempts, next_attempt_at, created_at, updated_at)
+	VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)
+	ON CONFLICT (key) DO NOTHING
+	RETURNING id`
+
+	sqlSelectByKey = `SELECT ` + rowColumns + ` FROM idemkit_intents WHERE key = ?`
+	sqlSelectByID  = `SELECT ` + rowColumns + ` FROM idemkit_intents WHERE id = ?`
+
+	// sqlSelectDue is the indexed due lookup (idemkit_intents_due).
+	sqlSelectDue = `SELECT ` + rowColumns + ` FROM idemkit_intents
+	WHERE state = 'pending' AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT 1`
+
+	sqlSelectDueID = `SELECT ` + rowColumns + ` FROM idemkit_intents
+	WHERE id = ? AND state = 'pending' AND next_attempt_at <= ?`
+
+	sqlNextDue = `SELECT MIN(next_attempt_at) FROM idemkit_intents WHERE state = 'pending'`
+
+	sqlHostWindow = `SELECT window_seconds FROM idemkit_hosts WHERE host = ?`
+
+	sqlUpsertHost = `INSERT INTO idemkit_hosts (host, window_seconds, updated_at) VALUES (?, ?, ?)
+	ON CONFLICT (host) DO UPDATE SET window_seconds = excluded.window_seconds, updated_at = excluded.updated_at`
+
+	// sqlClaim takes the lease (a new fencing token) and starts an attempt.
+	// The horizon only ever moves earlier.
+	sqlClaim = `UPDATE idemkit_intents SET
+		lease_token = lease_token + 1,
+		attempts = attempts + 1,
+		first_attempt_at = COALESCE(first_attempt_at, ?1),
+		horizon = CASE WHEN horizon IS NULL OR horizon > ?2 THEN ?2 ELSE horizon END,
+		next_attempt_at = ?3,
+		updated_at = ?1
+	WHERE id = ?4 AND state = 'pending'
+	RETURNING lease_token, attempts, first_attempt_at, horizon`
+
+	// sqlStartAttempt is sqlClaim for a retry within the same lease.
+	sqlStartAttempt = `UPDATE idemkit_intents SET
+		attempts = attempts + 1,
+		horizon = CASE WHEN horizon IS NULL OR horizon > ?2 THEN ?2 ELSE horizon END,
+		next_attempt_at = ?3,
+		updated_at = ?1
+	WHERE id = ?4 AND lease_token = ?5 AND state = 'pending'
+	RETURNING attempts, horizon`
+
+	sqlInsertAttempt = `INSERT INTO idemkit_attempts (intent_id, n, token, started_at) VALUES (?, ?, ?, ?)`
+
+	sqlFinishAttempt = `UPDATE idemkit_attempts SET finished_at = ?, status = ?, error = ?, replayed = ?
+	WHERE intent_id = ? AND n = ?`
+
+	// sqlReschedule keeps the intent pending and sets its next attempt time
+	// (also used to extend the lease across an in-process sleep, and to
+	// release it).
+	sqlReschedule = `UPDATE idemkit_intents SET
+		next_attempt_at = ?1, last_error = ?2, updated_at = ?3,
+		horizon = CASE WHEN ?4 IS NULL OR horizon IS NULL OR horizon <= ?4 THEN horizon ELSE ?4 END
+	WHERE id = ?5 AND lease_token = ?6 AND state = 'pending'`
+
+	sqlFinish = `UPDATE idemkit_intents SET
+		state = ?1, outcome_status = ?2, outcome_header = ?3, outcome_body = ?4, outcome_replayed = ?5,
+		last_error = ?6, updated_at = ?7, next_attempt_at = ?7
+	WHERE id = ?8 AND lease_token = ?9 AND state = 'pending'`
+
+	sqlCancel = `UPDATE idemkit_intents SET state = 'canceled', last_error = 'canceled', updated_at = ?1, next_attempt_at = ?1
+	WHERE id = ?2 AND state = 'pending'`
+
+	sqlQuarantine = `UPDATE idemkit_intents SET next_attempt_at = ? WHERE id = ?`
+
+	sqlSelectAttempts = `SELECT n, token, started_at, finished_at, status, error, replayed
+	FROM idemkit_attempts WHERE intent_id = ? ORDER BY n`
+
+	sqlPruneBatch = `SELECT id FROM idemkit_intents WHERE state <> 'pending' AND updated_at < ? LIMIT 1000`
+
+	sqlCounts = `SELECT state, COUNT(*) FROM idemkit_intents GROUP BY state`
+)
+
+// submitOp is one Submit waiting for the group committer.
+type submitOp struct {
+	ctx  context.Context
+	p    *prepared
+	id   string
+	now  time.Time
+	done chan submitResult
+}
+
+type submitResult struct {
+	in  *Intent
+	err error
+}
+
+// insertBatch inserts every op in one transaction: one fsync for all of
+// them. An op whose context ended before the batch started is skipped.
+func (q *queue) insertBatch(ctx context.Context, ops []*submitOp) {
+	q.batches.Add(1)
+	results := make([]submitResult, len(ops))
+	err := q.inTx(ctx, func(ex execer) error {
+		stmt, err := ex.PrepareContext(ctx, sqlInsertIntent)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		for i, op := range ops {
+			if err := op.ctx.Err(); err != nil {
+				results[i].err = err
+				continue
+			}
+			in, err := insertOne(ctx, ex, stmt, op.p, op.id, op.now)
+			if err != nil && !errors.Is(err, ErrKeyReused) {
+				return err
+			}
+			results[i] = submitResult{in, err}
+		}
+		return nil
+	})
+	for i, op := range ops {
+		r := results[i]
+		if err != nil && r.err == nil {
+			r = submitResult{nil, err}
+		}
+		op.done <- r
+	}
+}
+
+// insertOne inserts one intent, or returns the intent already queued under
+// the same key when its fingerprint matches (ErrKeyReused otherwise).
+func insertOne(ctx context.Context, ex execer, stmt *sql.Stmt, p *prepared, id string, now time.Time) (*Intent, error) {
+	ts := formatTime(now)
+	var got string
+	var err error
+	args := []any{id, p.key, p.method, p.url, p.host, encodeHeader(p.header), p.body, p.fp, ts, ts, ts}
+	if stmt != nil {
+		err = stmt.QueryRowContext(ctx, args...).Scan(&got)
+	} else {
+		err = ex.QueryRowContext(ctx, sqlInsertIntent, args...).Scan(&got)
+	}
+	switch {
+	case err == nil:
+		at, _ := parseTime(ts)
+		return &Intent{ID: id, Key: p.key, State: StatePending, Method: p.method, URL: p.url,
+			Header: p.header, Body: p.body, Fingerprint: p.fp, NextAttemptAt: at, CreatedAt: at, UpdatedAt: at}, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return nil, err
+	}
+	r, err := scanRow(ex.QueryRowContext(ctx, sqlSelectByKey, p.key))
+	if err != nil {
+		return nil, err
+	}
+	in, err := decodeIntent(r)
+	if err != nil {
+		return nil, err
+	}
+	if string(in.Fingerprint) != string(p.fp) {
+		return nil, fmt.Errorf("%w: key %q is already queued (intent %s) with a different request", ErrKeyReused, p.key, in.ID)
+	}
+	return in, nil
+}
+
+// claimed is an intent this process now holds the lease of, with an attempt
+// started (unless expired is set: the horizon had passed and the intent was
+// marked expired instead).
+type claimed struct {
+	in      *Intent
+	token   int64
+	attempt int
+	expired bool
+}
+
+// planFunc computes the horizon for an intent about to be attempted, given
+// the window last learned for its host (0 if none).
+type planFunc func(in *Intent, hostWindow time.Duration) time.Time
+
+// claim takes the lease of the due intent with the given id, or of the
+// earliest due intent when id is empty, and starts its attempt, in one
+// transaction. It returns nil, nil when nothing is due.
+func (q *queue) claim(ctx context.Context, id string, now time.Time, lease time.Duration, plan planFunc) (*claimed, error) {
+	return q.claimTx(ctx, id, nil, now, lease, plan)
+}
+
+// insertClaim inserts an intent and claims it in the same transaction (one
+// fsync, not two: Do). If the key was already queued with the same request,
+// it claims that intent if it is due; it returns the intent either way.
+func (q *queue) insertClaim(ctx context.Context, p *prepared, id string, now time.Time, lease time.Duration, plan planFunc) (*Intent, *claimed, error) {
+	var in *Intent
+	cl, err := q.claimTx(ctx, "", func(ex execer) (string, error) {
+		var err error
+		in, err = insertOne(ctx, ex, nil, p, id, now)
+		if err != nil {
+			return "", err
+		}
+		return in.ID, nil
+	}, now, lease, plan)
+	if err != nil {
+		return nil, nil, err
+	}
+	return in, cl, nil
+}
+
+// claimTx is claim; insert, if not nil, runs first in the same transaction
+// and returns the id to claim.
+func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (string, error), now time.Time, lease time.Duration, plan planFunc) (*claimed, error) {
+	var out *claimed
+	var decodeErr error
+	err := q.inTx(ctx, func(ex execer) error {
+		if insert != nil {
+			var err error
+			if id, err = insert(ex); err != nil {
+				return err
+			}
+		}
+		var sr *sql.Row
+		if id == "" {
+			sr = ex.QueryRowContext(ctx, sqlSelectDue, formatTime(now))
+		} else {
+			sr = ex.QueryRowContext(ctx, sqlSelectDueID, id, formatTime(now))
+		}
+		r, err := scanRow(sr)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		in, err := decodeIntent(r)
+		if err != nil {
+			// Quarantine the row for an hour so the worker moves on.
+			decodeErr = err
+			_, qerr := ex.ExecContext(ctx, sqlQuarantine, formatTime(now.Add(time.Hour)), r.id)
+			return qerr
+		}
+		var winSec int64
+		if err := ex.QueryRowContext(ctx, sqlHostWindow, r.host).Scan(&winSec); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		horizon := plan(in, time.Duration(winSec)*time.Second)
+		ts := formatTime(now)
+		if now.After(horizon) {
+			// Never attempted past the horizon: expire under the current
+			// token (we hold the write lock, and the row is due).
+			msg := "horizon " + formatTime(horizon) + " passed without a definitive answer"
+			if in.LastError != "" {
+				msg += "; last error: " + in.LastError
+			}
+			if _, err := ex.ExecContext(ctx, sqlFinish, string(StateExpired), nil, nil, nil, nil, msg, ts, in.ID, r.leaseToken); err != nil {
+				return err
+			}
+			in.State, in.LastError, in.UpdatedAt = StateExpired, msg, now.Truncate(time.Millisecond)
+			out = &claimed{in: in, token: r.leaseToken, expired: true}
+			return nil
+		}
+		var first, hz string
+		c := &claimed{in: in}
+		if err := ex.QueryRowContext(ctx, sqlClaim, ts, formatTime(horizon), formatTime(now.Add(lease)), in.ID).
+			Scan(&c.token, &c.attempt, &first, &hz); err != nil {
+			return err
+		}
+		if _, err := ex.ExecContext(ctx, sqlInsertAttempt, in.ID, c.attempt, c.token, ts); err != nil {
+			return err
+		}
+		in.Attempts = c.attempt
+		in.FirstAttemptAt, _ = parseTime(first)
+		in.Horizon, _ = parseTime(hz)
+		out = c
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if decodeErr != nil {
+		return nil, decodeErr
+	}
+	return out, nil
+}
+
+// startAttempt starts a retry within a lease already held: it fails with
+// errLeaseLost if the token is no longer current.
+func (q *queue) startAttempt(ctx context.Context, id string, token int64, now, horizon, leaseUntil time.Time) (int, time.Time, error) {
+	var n int
+	var hz string
+	err := q.inTx(ctx, func(ex execer) error {
+		ts := formatTime(now)
+		err := ex.QueryRowContext(ctx, sqlStartAttempt, ts, formatTime(horizon), formatTime(leaseUntil), id, token).Scan(&n, &hz)
+		if errors.Is(err, sql.ErrNoRows) {
+			return errLeaseLost
+		}
+		if err != nil {
+			return err
+		}
+		_, err = ex.ExecContext(ctx, sqlInsertAttempt, id, n, token, ts)
+		return err
+	})
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	h, _ := parseTime(hz)
+	return n, h, nil
+}
+
+// attemptResult is what an attempt produced, as logged.
+type attemptResult struct {
+	n        int
+	status   int
+	errText  string
+	replayed bool
+	// learned is the Idempotency-Window the response advertised, if any.
+	learned time.Duration
+	host    string
+}
+
+func (q *queue) logAttempt(ctx context.Context, ex execer, id string, now time.Time, a *attemptResult) error {
+	var status any
+	if a.status != 0 {
+		status = a.status
+	}
+	if _, err := ex.ExecContext(ctx, sqlFinishAttempt, formatTime(now), status, a.errText, boolInt(a.replayed), id, a.n); err != nil {
+		return err
+	}
+	if a.learned > 0 {
+		if _, err := ex.ExecContext(ctx, sqlUpsertHost, a.host, int64(a.learned/time.Second), formatTime(now)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reschedule logs the attempt and keeps the intent pending until next;
+// horizon, when not zero, shortens the stored horizon.
+func (q *queue) reschedule(ctx context.Context, id string, token int64, now, next, horizon time.Time, a *attemptResult, lastErr string) error {
+	return q.inTx(ctx, func(ex execer) error {
+		if a != nil {
+			if err := q.logAttempt(ctx, ex, id, now, a); err != nil {
+				return err
+			}
+		}
+		var hz any
+		if !horizon.IsZero() {
+			hz = formatTime(horizon)
+		}
+		res, err := ex.ExecContext(ctx, sqlReschedule, formatTime(next), lastErr, formatTime(now), hz, id, token)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return errLeaseLost
+		}
+		return nil
+	})
+}
+
+// finish logs the attempt (if any) and moves the intent to a terminal state.
+func (q *queue) finish(ctx context.Context, id string, token int64, now time.Time, state IntentState, o *Outcome, lastErr string, a *attemptResult) error {
+	return q.inTx(ctx, func(ex execer) error {
+		if a != nil {
+			if err := q.logAttempt(ctx, ex, id, now, a); err != nil {
+				return err
+			}
+		}
+		var st, hdr, body, rep any
+		if o != nil {
+			st, hdr, body, rep = o.Status, encodeHeader(o.Header), o.Body, boolInt(o.Replayed)
+			if o.Body == nil {
+				body = []byte{}
+			}
+		}
+		res, err := ex.ExecContext(ctx, sqlFinish, string(state), st, hdr, body, rep, lastErr, formatTime(now), id, token)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return errLeaseLost
+		}
+		return nil
+	})
+}
+
+func (q *queue) cancel(ctx context.Context, id string, now time.Time) (bool, error) {
+	var ok bool
+	err := q.inTx(ctx, func(ex execer) error {
+		res, err := ex.ExecContext(ctx, sqlCancel, formatTime(now), id)
+		if err != nil {
+			return err
+		}
+		n, _ := res.RowsAffected()
+		ok = n == 1
+		return nil
+	})
+	return ok, err
+}
+
+func (q *queue) get(ctx context.Context, id string) (*Intent, error) {
+	r, err := scanRow(q.db.QueryRowContext(ctx, sqlSelectByID, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	return decodeIntent(r)
+}
+
+func (q *queue) list(ctx context.Context, o *ListOptions) ([]*Intent, error) {
+	var where []string
+	var args []any
+	order := "created_at, id"
+	if o.State != "" {
+		if !o.State.valid() {
+			return nil, invalidf("ListOptions.State: unknown state %q", o.State)
+		}
+		where = append(where, "state = ?")
+		args = append(args, string(o.State))
+		if o.State == StatePending {
+			order = "next_attempt_at, id"
+		} else {
+			// Lets the planner use the partial index idemkit_intents_terminal.
+			where = append(where, "state <> 'pending'")
+			order = "updated_at, id"
+		}
+	}
+	if !o.UpdatedSince.IsZero() {
+		where = append(where, "updated_at >= ?")
+		args = append(args, formatTime(o.UpdatedSince))
+	}
+	query := `SELECT ` + rowColumns + ` FROM idemkit_intents`
+	if len(where) > 0 {
+		query += " WHERE " + strings.Join(where, " AND ")
+	}
+	query += " ORDER BY " + order + " LIMIT ?"
+	args = append(args, o.Limit)
+	rows, err := q.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []*Intent
+	for rows.Next() {
+		r, err := scanRow(rows)
+		if err != nil {
+			return nil, interpretError(err)
+		}
+		in, err := decodeIntent(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, in)
+	}
+	return out, interpretError(rows.Err())
+}
+
+func (q *queue) attempts(ctx context.Context, id string) ([]*Attempt, error) {
+	rows, err := q.db.QueryContext(ctx, sqlSelectAttempts, id)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []*Attempt
+	for rows.Next() {
+		a := &Attempt{}
+		var started string
+		var finished *string
+		var status *int64
+		var replayed int64
+		if err := rows.Scan(&a.N, &a.Token, &started, &finished, &status, &a.Error, &replayed); err != nil {
+			return nil, interpretError(err)
+		}
+		var err error
+		if a.StartedAt, err = parseTime(started); err != nil {
+			return nil, fmt.Errorf("%w: attempt %d of %s: %v", ErrQueueCorrupt, a.N, id, err)
+		}
+		if finished != nil {
+			if a.FinishedAt, err = parseTime(*finished); err != nil {
+				return nil, fmt.Errorf("%w: attempt %d of %s: %v", ErrQueueCorrupt, a.N, id, err)
+			}
+		}
+		if status != nil {
+			a.Status = int(*status)
+		}
+		a.Replayed = replayed != 0
+		out = append(out, a)
+	}
+	return out, interpretError(rows.Err())
+}
+
+func (q *queue) counts(ctx context.Context) (map[IntentState]int, error) {
+	rows, err := q.db.QueryContext(ctx, sqlCounts)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	out := map[IntentState]int{}
+	for rows.Next() {
+		var s string
+		var n int
+		if err := rows.Scan(&s, &n); err != nil {
+			return nil, interpretError(err)
+		}
+		out[IntentState(s)] = n
+	}
+	return out, interpretError(rows.Err())
+}
+
+// nextDue returns the earliest next_attempt_at of a pending intent, or the
+// zero time when none is pending.
+func (q *queue) nextDue(ctx context.Context) (time.Time, error) {
+	var s *string
+	if err := q.db.QueryRowContext(ctx, sqlNextDue).Scan(&s); err != nil {
+		return time.Time{}, interpretError(err)
+	}
+	if s == nil {
+		return time.Time{}, nil
+	}
+	t, err := parseTime(*s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: next_attempt_at: %v", ErrQueueCorrupt, err)
+	}
+	return t, nil
+}
+
+// prune deletes terminal intents last updated before cutoff, and their
+// attempt logs, a thousand per transaction.
+func (q *queue) prune(ctx context.Context, cutoff time.Time) (int, error) {
+	total := 0
+	for {
+		var n int
+		err := q.inTx(ctx, func(ex execer) error {
+			rows, err := ex.QueryContext(ctx, sqlPruneBatch, formatTime(cutoff))
+			if err != nil {
+				return err
+			}
+			var ids []any
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					rows.Close()
+					return err
+				}
+				ids = append(ids, id)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			if len(ids) == 0 {
+				return nil
+			}
+			in := "(?" + strings.Repeat(",?", len(ids)-1) + ")"
+			if _, err := ex.ExecContext(ctx, `DELETE FROM idemkit_attempts WHERE intent_id IN `+in, ids...); err != nil {
+				return err
+			}
+			if _, err := ex.ExecContext(ctx, `DELETE FROM idemkit_intents WHERE id IN `+in, ids...); err != nil {
+				return err
+			}
+			n = len(ids)
+			return nil
+		})
+		total += n
+		if err != nil || n == 0 {
+			return total, err
+		}
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

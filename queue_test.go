@@ -1,0 +1,289 @@
+package idemkit
+
+import (
+	"bytes"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestQueue_GroupCommit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	ctx := testCtx(t)
+	const n = 64
+	before := b.c.q.batches.Load()
+	// Hold the write lock so that every Submit is waiting when it frees up.
+	b.c.q.wmu.Lock()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := b.c.Submit(ctx, &Request{URL: fmt.Sprintf("http://127.0.0.1:1/%d", i)})
+			errs <- err
+		}()
+	}
+	eventually(t, 10*time.Second, func() bool { return b.c.q.waiting.Load() == n }, "all Submit calls waiting")
+	b.c.q.wmu.Unlock()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	batches := b.c.q.batches.Load() - before
+	require.LessOrEqual(t, batches, int64(2), "got %d transactions for %d intents", batches, n)
+	counts, err := b.c.Counts(ctx)
+	require.NoError(t, err)
+	require.Equal(t, n, counts[StatePending])
+}
+
+// explain returns the query plan of query as one string.
+func explain(t *testing.T, db *sql.DB, query string, args ...any) string {
+	t.Helper()
+	rows, err := db.Query("EXPLAIN QUERY PLAN "+query, args...)
+	require.NoError(t, err)
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, notused int
+		var detail string
+		require.NoError(t, rows.Scan(&id, &parent, &notused, &detail))
+		plan = append(plan, detail)
+	}
+	require.NoError(t, rows.Err())
+	return strings.Join(plan, "; ")
+}
+
+func TestQueue_DueLookupUsesIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	now := formatTime(time.Now())
+	require.Contains(t, explain(t, b.c.q.db, sqlSelectDue, now), "USING INDEX idemkit_intents_due")
+	require.Contains(t, explain(t, b.c.q.db, sqlNextDue), "idemkit_intents_due")
+	require.Contains(t, explain(t, b.c.q.db, sqlPruneBatch, now), "idemkit_intents_terminal")
+}
+
+// TestQueue_OneMillionIntents fills a queue with a million intents (most of
+// them terminal, as in a long-lived queue) and checks that the due lookup,
+// the claim and prune stay on their indexes.
+func TestQueue_OneMillionIntents(t *testing.T) {
+	t.Parallel()
+	if testing.Short() || raceEnabled {
+		t.Skip("inserts 1,000,000 rows: run without -short and -race (about 10 s)")
+	}
+	b := setup(t, nil, nil)
+	ctx := testCtx(t)
+	old := formatTime(time.Now().Add(-48 * time.Hour))
+	_, err := b.c.q.db.ExecContext(ctx, `
+		WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000)
+		INSERT INTO idemkit_intents (id, key, state, method, url, host, header, body, fingerprint, next_attempt_at, created_at, updated_at)
+		SELECT 'id-' || i, 'key-' || i, CASE WHEN i % 100 = 0 THEN 'pending' ELSE 'succeeded' END,
+		       'POST', 'http://127.0.0.1:1/x', 'http://127.0.0.1:1', X'7B7D', X'', X'00', ?, ?, ?
+		FROM n`, old, old, old)
+	require.NoError(t, err)
+	_, err = b.c.q.db.ExecContext(ctx, `ANALYZE`)
+	require.NoError(t, err)
+	require.Contains(t, explain(t, b.c.q.db, sqlSelectDue, formatTime(time.Now())), "USING INDEX idemkit_intents_due")
+
+	cl, err := b.c.q.claim(ctx, "", time.Now(), time.Minute, b.c.plan(time.Now()))
+	require.NoError(t, err)
+	require.NotNil(t, cl)
+	counts, err := b.c.Counts(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 10000, counts[StatePending])
+
+	pruned, err := b.c.Prune(ctx, 24*time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, 990000, pruned)
+	counts, err = b.c.Counts(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[IntentState]int{StatePending: 10000}, counts, "pending intents are never pruned")
+}
+
+func TestClient_Prune(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	cfg := testConfig()
+	cfg.timeNowFunc = clock.Now
+	b := setup(t, cfg, nil)
+	ctx := testCtx(t)
+	done, err := b.c.Submit(ctx, &Request{URL: "http://127.0.0.1:1/a"})
+	require.NoError(t, err)
+	require.NoError(t, b.c.Cancel(ctx, done.ID))
+	pending, err := b.c.Submit(ctx, &Request{URL: "http://127.0.0.1:1/b"})
+	require.NoError(t, err)
+
+	n, err := b.c.Prune(ctx, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, 0, n, "too young")
+	clock.Advance(2 * time.Hour)
+	n, err = b.c.Prune(ctx, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	_, err = b.c.Get(ctx, done.ID)
+	require.ErrorIs(t, err, ErrNotFound)
+	_, err = b.c.Get(ctx, pending.ID)
+	require.NoError(t, err)
+}
+
+func TestOpen_CorruptFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "queue.db")
+	garbage := bytes.Repeat([]byte("not a database, just bytes. "), 400)
+	require.NoError(t, os.WriteFile(path, garbage, 0o600))
+	_, err := Open(testCtx(t), path, nil)
+	require.ErrorIs(t, err, ErrQueueCorrupt)
+	after, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, garbage, after, "a corrupt queue file is left untouched")
+
+	_, err = Open(testCtx(t), t.TempDir(), nil)
+	require.ErrorContains(t, err, "is a directory")
+	_, err = Open(testCtx(t), filepath.Join(t.TempDir(), "no", "such", "dir", "q.db"), nil)
+	require.Error(t, err)
+
+	// A damaged database (valid header, pages overwritten).
+	b := setup(t, nil, nil)
+	for i := 0; i < 50; i++ {
+		_, err := b.c.Submit(testCtx(t), &Request{URL: fmt.Sprintf("http://127.0.0.1:1/%d", i), Body: bytes.Repeat([]byte("x"), 2000)})
+		require.NoError(t, err)
+	}
+	require.NoError(t, b.c.Close())
+	raw, err := os.ReadFile(b.path)
+	require.NoError(t, err)
+	if len(raw) < 8192 {
+		// Everything may still be in the WAL; checkpointed by Close normally.
+		t.Fatalf("queue file only %d bytes", len(raw))
+	}
+	for i := 4096; i < len(raw); i++ {
+		raw[i] = 0xA5
+	}
+	require.NoError(t, os.WriteFile(b.path, raw, 0o600))
+	c, err := Open(testCtx(t), b.path, nil)
+	if err == nil {
+		_, err = c.List(testCtx(t), nil)
+		require.NoError(t, c.Close())
+	}
+	require.ErrorIs(t, err, ErrQueueCorrupt)
+}
+
+func TestClient_LockedQueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	ctx := testCtx(t)
+	kept, err := b.c.Submit(ctx, &Request{URL: "http://127.0.0.1:1/kept"})
+	require.NoError(t, err)
+
+	// Another "process" holds the write lock.
+	locker := rawDB(t, b.path)
+	conn, err := locker.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, "BEGIN EXCLUSIVE")
+	require.NoError(t, err)
+
+	db, err := sql.Open("sqlite", b.path+"?_pragma=busy_timeout(100)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
+	require.NoError(t, err)
+	defer db.Close()
+	_, err = NewClient(ctx, db, nil)
+	require.ErrorIs(t, err, ErrQueueLocked, "migrating needs the write lock")
+
+	// A Client opened before the lock: Submit fails clearly, reads work.
+	short, err := sql.Open("sqlite", b.path+"?_pragma=busy_timeout(100)")
+	require.NoError(t, err)
+	defer short.Close()
+	_, err = conn.ExecContext(ctx, "ROLLBACK")
+	require.NoError(t, err)
+	c2, err := NewClient(ctx, short, testConfig())
+	require.NoError(t, err)
+	defer c2.Close()
+	_, err = conn.ExecContext(ctx, "BEGIN EXCLUSIVE")
+	require.NoError(t, err)
+	_, err = c2.Submit(ctx, &Request{URL: "http://127.0.0.1:1/new"})
+	require.ErrorIs(t, err, ErrQueueLocked)
+	got, err := c2.Get(ctx, kept.ID)
+	require.NoError(t, err, "reads go on in WAL mode")
+	require.Equal(t, kept.Key, got.Key)
+
+	_, err = conn.ExecContext(ctx, "ROLLBACK")
+	require.NoError(t, err)
+	_, err = c2.Submit(ctx, &Request{URL: "http://127.0.0.1:1/new"})
+	require.NoError(t, err)
+	all, err := c2.List(ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, all, 2, "nothing already queued was lost")
+}
+
+func TestClient_CorruptRowIsQuarantined(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	ctx := testCtx(t)
+	bad, err := b.c.Submit(ctx, &Request{URL: "http://127.0.0.1:1/bad"})
+	require.NoError(t, err)
+	_, err = rawDB(t, b.path).Exec(`UPDATE idemkit_intents SET header = X'7B7B' WHERE id = ?`, bad.ID)
+	require.NoError(t, err)
+	_, err = b.c.q.claim(ctx, "", time.Now(), time.Minute, b.c.plan(time.Now()))
+	require.ErrorIs(t, err, ErrQueueCorrupt)
+	_, err = b.c.Get(ctx, bad.ID)
+	require.ErrorIs(t, err, ErrQueueCorrupt)
+	cl, err := b.c.q.claim(ctx, "", time.Now(), time.Minute, b.c.plan(time.Now()))
+	require.NoError(t, err)
+	require.Nil(t, cl, "the bad row is set aside, not retried in a loop")
+}
+
+// TestClient_WaitsOutABriefLock: Open's Client retries the write lock held
+// by another process for up to its busy timeout.
+func TestClient_WaitsOutABriefLock(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	ctx := testCtx(t)
+	conn, err := rawDB(t, b.path).Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, "BEGIN EXCLUSIVE")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.c.Submit(ctx, &Request{URL: "http://127.0.0.1:1/x"})
+		done <- err
+	}()
+	eventually(t, 10*time.Second, func() bool { return b.c.q.waiting.Load() == 1 }, "Submit waiting")
+	select {
+	case err := <-done:
+		t.Fatalf("Submit returned %v while the lock was held", err)
+	default:
+	}
+	_, err = conn.ExecContext(ctx, "ROLLBACK")
+	require.NoError(t, err)
+	require.NoError(t, <-done)
+}
+
+func TestClient_ReadOnlyQueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	ctx := testCtx(t)
+	kept, err := b.c.Submit(ctx, &Request{URL: "http://127.0.0.1:1/x"})
+	require.NoError(t, err)
+	db, err := sql.Open("sqlite", "file:"+b.path+"?mode=ro&_pragma=busy_timeout(1000)")
+	require.NoError(t, err)
+	defer db.Close()
+	ro, err := NewClient(ctx, db, nil)
+	if err == nil {
+		_, err = ro.Submit(ctx, &Request{URL: "http://127.0.0.1:1/y"})
+		require.NoError(t, ro.Close())
+	}
+	require.ErrorIs(t, err, ErrQueueReadOnly)
+	all, err := b.c.List(ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, all, 1)
+	require.Equal(t, kept.ID, all[0].ID)
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package idemkit
+
+const raceEnabled = false

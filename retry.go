@@ -1,0 +1,199 @@
+package idemkit
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// CheckRetryFunc decides, after each attempt, whether to retry. It is called
+// with the response (nil on a transport error) and the transport error; the
+// response body has not been read. Return true to retry with the same key.
+// Return false with a nil error when resp is a definitive answer (2xx ends
+// the intent succeeded, anything else failed). Return false with an error to
+// give up: the intent ends failed with that error.
+//
+// The signature is that of go-retryablehttp's CheckRetry, so its policies
+// can be wrapped too.
+type CheckRetryFunc func(ctx context.Context, resp *http.Response, err error) (bool, error)
+
+// BackoffFunc returns how long to wait before retry number attemptNum
+// (0 for the wait after the first attempt), between min and max. resp is the
+// last response, nil after a transport error. A Retry-After on a 409, 429 or
+// 503 overrides it (see [Client]). The signature is that of go-retryablehttp's
+// Backoff.
+type BackoffFunc func(min, max time.Duration, attemptNum int, resp *http.Response) time.Duration
+
+const (
+	// BackoffBaseDefault is the base (min) passed to Config.Backoff.
+	BackoffBaseDefault = 500 * time.Millisecond
+	// BackoffCapDefault is the cap (max) passed to Config.Backoff.
+	BackoffCapDefault = 30 * time.Second
+)
+
+// DefaultCheckRetry retries network errors and timeouts, 408, 409 (the
+// server's "still in progress"), 425, 429 and every 5xx except 501. It gives
+// up on errors no retry can fix (an unsupported scheme, a bad TLS
+// certificate, too many redirects) and when ctx ends. Anything else is a
+// definitive answer.
+func DefaultCheckRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
+	if cerr := ctx.Err(); cerr != nil {
+		return false, cerr
+	}
+	if err != nil {
+		if permanentTransportError(err) {
+			return false, err
+		}
+		return true, nil
+	}
+	switch s := resp.StatusCode; {
+	case s == 0:
+		return true, nil
+	case s == http.StatusRequestTimeout, s == http.StatusConflict, s == http.StatusTooEarly, s == http.StatusTooManyRequests:
+		return true, nil
+	case s == http.StatusNotImplemented:
+		return false, nil
+	case s >= 500:
+		return true, nil
+	}
+	return false, nil
+}
+
+func permanentTransportError(err error) bool {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		msg := ue.Err.Error()
+		if strings.Contains(msg, "unsupported protocol scheme") || strings.Contains(msg, "stopped after") {
+			return true
+		}
+	}
+	var unknownCA x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	return errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid)
+}
+
+// DefaultBackoff is exponential backoff with full jitter: a uniformly random
+// wait in [0, min(max, min·2^attemptNum)).
+func DefaultBackoff(min, max time.Duration, attemptNum int, resp *http.Response) time.Duration {
+	if min <= 0 {
+		min = BackoffBaseDefault
+	}
+	if max < min {
+		max = min
+	}
+	ceiling := max
+	if attemptNum < 62 {
+		if d := min << attemptNum; d > 0 && d < max {
+			ceiling = d
+		}
+	}
+	return rand.N(ceiling) + time.Millisecond
+}
+
+// maxRetryAfter bounds a parsed Retry-After so that adding it to a time
+// cannot overflow; the horizon cuts every wait far shorter anyway.
+const maxRetryAfter = 100 * 365 * 24 * time.Hour
+
+// parseRetryAfter parses a Retry-After value: delta-seconds (digits only)
+// or an HTTP-date, relative to now. Negative, fractional, signed or
+// unparsable values are rejected (ok false); a date in the past is 0; huge
+// values are capped at maxRetryAfter.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if v[0] >= '0' && v[0] <= '9' {
+		for i := 0; i < len(v); i++ {
+			if v[i] < '0' || v[i] > '9' {
+				return 0, false
+			}
+		}
+		secs, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || secs > uint64(maxRetryAfter/time.Second) {
+			return maxRetryAfter, true // all digits, only too large
+		}
+		return time.Duration(secs) * time.Second, true
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	d := t.Sub(now)
+	switch {
+	case d < 0:
+		return 0, true
+	case d > maxRetryAfter:
+		return maxRetryAfter, true
+	}
+	return d, true
+}
+
+// retryAfter returns the server-directed wait of a 409, 429 or 503 answer.
+// An HTTP-date is read against the response's own Date header when it has
+// one, so a skewed local clock does not stretch or shrink the wait.
+func retryAfter(resp *http.Response, now time.Time) (time.Duration, bool) {
+	if resp == nil {
+		return 0, false
+	}
+	switch resp.StatusCode {
+	case http.StatusConflict, http.StatusTooManyRequests, http.StatusServiceUnavailable:
+	default:
+		return 0, false
+	}
+	v := resp.Header.Get("Retry-After")
+	if v == "" {
+		return 0, false
+	}
+	if d, err := http.ParseTime(resp.Header.Get("Date")); err == nil {
+		now = d
+	}
+	return parseRetryAfter(v, now)
+}
+
+// parseWindow reads an Idempotency-Window header: whole seconds, positive.
+func parseWindow(h http.Header) (time.Duration, bool) {
+	v := strings.TrimSpace(h.Get("Idempotency-Window"))
+	if v == "" {
+		return 0, false
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, false
+		}
+	}
+	secs, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || secs <= 0 || secs > int64(maxRetryAfter/time.Second) {
+		return 0, false
+	}
+	return time.Duration(secs) * time.Second, true
+}
+
+// schedule is the pure wait computation of the Client: given the policy's
+// wait, the server's Retry-After (if any), now and the horizon, it returns
+// when the next attempt may start, or ok false when no attempt may start
+// before the horizon. A wait that would end past the horizon is cut short
+// so that one last attempt starts lead before the horizon.
+func schedule(now, horizon time.Time, backoff, serverWait time.Duration, hasServerWait bool, lead time.Duration) (time.Time, bool) {
+	wait := backoff
+	if hasServerWait {
+		wait = serverWait
+	}
+	if wait < 0 {
+		wait = 0
+	}
+	if next := now.Add(wait); !next.After(horizon) {
+		return next, true
+	}
+	if last := horizon.Add(-lead); last.After(now) {
+		return last, true
+	}
+	return time.Time{}, false
+}

@@ -1,0 +1,171 @@
+package idemkit
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"0", 0, true},
+		{"1", time.Second, true},
+		{" 120 ", 2 * time.Minute, true},
+		{"31536000", 365 * 24 * time.Hour, true}, // a year: parsed, the horizon clamps it
+		{"99999999999999999999999", maxRetryAfter, true},
+		{"-1", 0, false},
+		{"+5", 0, false},
+		{"1.5", 0, false},
+		{"5s", 0, false},
+		{"", 0, false},
+		{"soon", 0, false},
+		{"0x10", 0, false},
+		{"Tue, 01 Dec 2026 09:00:30 GMT", 30 * time.Second, true},
+		{"Tuesday, 01-Dec-26 09:01:00 GMT", time.Minute, true}, // RFC 850
+		{"Tue Dec  1 09:00:05 2026", 5 * time.Second, true},    // ANSI C
+		{"Mon, 30 Nov 2026 09:00:00 GMT", 0, true},             // in the past
+		{"Tue, 01 Dec 2126 09:00:00 GMT", maxRetryAfter, true},
+		{"Tue, 32 Dec 2026 09:00:00 GMT", 0, false},
+	} {
+		got, ok := parseRetryAfter(tc.in, now)
+		require.Equal(t, tc.ok, ok, "parseRetryAfter(%q) ok", tc.in)
+		require.Equal(t, tc.want, got, "parseRetryAfter(%q)", tc.in)
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	resp := func(status int, h ...string) *http.Response {
+		r := &http.Response{StatusCode: status, Header: http.Header{}}
+		for i := 0; i < len(h); i += 2 {
+			r.Header.Set(h[i], h[i+1])
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name string
+		r    *http.Response
+		want time.Duration
+		ok   bool
+	}{
+		{"409", resp(409, "Retry-After", "2"), 2 * time.Second, true},
+		{"429", resp(429, "Retry-After", "3"), 3 * time.Second, true},
+		{"503", resp(503, "Retry-After", "4"), 4 * time.Second, true},
+		{"500 ignored", resp(500, "Retry-After", "4"), 0, false},
+		{"none", resp(503), 0, false},
+		{"nil", nil, 0, false},
+		// The date is read against the server's Date, not the local clock
+		// (which is 10 minutes behind here).
+		{"server clock", resp(503, "Retry-After", "Tue, 01 Dec 2026 09:10:20 GMT", "Date", "Tue, 01 Dec 2026 09:10:00 GMT"), 20 * time.Second, true},
+	} {
+		got, ok := retryAfter(tc.r, now)
+		require.Equal(t, tc.ok, ok, tc.name)
+		require.Equal(t, tc.want, got, tc.name)
+	}
+}
+
+func TestParseWindow(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]time.Duration{"86400": 24 * time.Hour, "60": time.Minute, "0": 0, "-5": 0, "1.5": 0, "abc": 0, "": 0} {
+		got, ok := parseWindow(http.Header{"Idempotency-Window": {in}})
+		require.Equal(t, want, got, in)
+		require.Equal(t, want > 0, ok, in)
+	}
+}
+
+func TestDefaultBackoff(t *testing.T) {
+	t.Parallel()
+	for attempt := 0; attempt < 70; attempt++ {
+		ceiling := BackoffCapDefault
+		if attempt < 6 {
+			ceiling = min(BackoffBaseDefault<<attempt, BackoffCapDefault)
+		}
+		for i := 0; i < 200; i++ {
+			d := DefaultBackoff(BackoffBaseDefault, BackoffCapDefault, attempt, nil)
+			require.Greater(t, d, time.Duration(0))
+			require.LessOrEqual(t, d, ceiling+time.Millisecond, "attempt %d", attempt)
+		}
+	}
+	// Full jitter: the waits of one attempt number are spread out.
+	seen := map[time.Duration]bool{}
+	for i := 0; i < 50; i++ {
+		seen[DefaultBackoff(BackoffBaseDefault, BackoffCapDefault, 5, nil).Round(time.Millisecond)] = true
+	}
+	require.Greater(t, len(seen), 10, "got %d distinct waits, want jitter", len(seen))
+}
+
+func TestDefaultCheckRetry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for status, want := range map[int]bool{
+		200: false, 201: false, 302: false, 400: false, 401: false, 404: false, 422: false,
+		408: true, 409: true, 425: true, 429: true, 500: true, 502: true, 503: true, 504: true, 501: false,
+	} {
+		got, err := DefaultCheckRetry(ctx, &http.Response{StatusCode: status}, nil)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "status %d", status)
+	}
+	got, err := DefaultCheckRetry(ctx, nil, errors.New("connection reset by peer"))
+	require.NoError(t, err)
+	require.True(t, got, "network errors are retried")
+
+	got, err = DefaultCheckRetry(ctx, nil, &url.Error{Op: "Post", URL: "x", Err: x509.UnknownAuthorityError{}})
+	require.Error(t, err)
+	require.False(t, got, "a bad certificate is permanent")
+
+	got, err = DefaultCheckRetry(ctx, nil, &url.Error{Op: "Post", URL: "x", Err: fmt.Errorf("unsupported protocol scheme %q", "ftp")})
+	require.Error(t, err)
+	require.False(t, got)
+
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	got, err = DefaultCheckRetry(canceled, &http.Response{StatusCode: 503}, nil)
+	require.ErrorIs(t, err, context.Canceled)
+	require.False(t, got)
+}
+
+func TestSchedule(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	horizon := now.Add(time.Hour)
+	lead := time.Second
+	for _, tc := range []struct {
+		name      string
+		now       time.Time
+		backoff   time.Duration
+		server    time.Duration
+		hasServer bool
+		want      time.Time
+		wantOK    bool
+	}{
+		{"backoff", now, 2 * time.Second, 0, false, now.Add(2 * time.Second), true},
+		{"server wait wins", now, 2 * time.Second, 10 * time.Second, true, now.Add(10 * time.Second), true},
+		{"server says now", now, 2 * time.Second, 0, true, now, true},
+		{"a year is clamped to the horizon", now, 0, 365 * 24 * time.Hour, true, horizon.Add(-lead), true},
+		{"exactly at the horizon", now, time.Hour, 0, false, horizon, true},
+		{"past the horizon", horizon.Add(time.Millisecond), time.Millisecond, 0, false, time.Time{}, false},
+		{"too close to clamp", horizon.Add(-lead / 2), time.Minute, 0, false, time.Time{}, false},
+		{"negative wait", now, -time.Second, 0, false, now, true},
+	} {
+		got, ok := schedule(tc.now, horizon, tc.backoff, tc.server, tc.hasServer, lead)
+		require.Equal(t, tc.wantOK, ok, tc.name)
+		require.Equal(t, tc.want, got, tc.name)
+		if ok {
+			require.False(t, got.After(horizon), "%s: got %v, after the horizon %v", tc.name, got, horizon)
+		}
+	}
+}

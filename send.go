@@ -1,0 +1,575 @@
+package idemkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-retryablehttp"
+)
+
+// stopKind is why the in-process retry loop of one claim ended.
+type stopKind int
+
+const (
+	stopNone       stopKind = iota
+	stopDefinitive          // a definitive response: succeeded or failed
+	stopGiveUp              // the policy gave up with an error
+	stopReschedule          // a wait longer than MaxSleep: persisted
+	stopExpire              // no attempt may start before the horizon
+	stopLeaseLost           // another process owns the intent now
+	stopCanceled            // the caller's context ended
+	stopQueueErr            // the queue could not be written
+)
+
+// drive is the state of one claim of one intent, shared by the
+// go-retryablehttp hooks of its engine.
+type drive struct {
+	c       *Client
+	in      *Intent
+	host    string
+	token   int64
+	n       int // current attempt number
+	retries int
+	first   time.Time
+	win     time.Duration // effective window
+	horizon time.Time
+
+	stop     stopKind
+	stopErr  error
+	next     time.Time
+	wait     time.Duration
+	attempt  *attemptResult // the last attempt, to be logged
+	lastErr  string
+	hookFail error
+}
+
+// plan returns the planFunc for a claim at now.
+func (c *Client) plan(now time.Time) planFunc {
+	return func(in *Intent, hostWindow time.Duration) time.Time {
+		first := in.FirstAttemptAt
+		if first.IsZero() {
+			first = now
+		}
+		h := first.Add(c.effectiveWindow(hostWindow) - c.margin(c.effectiveWindow(hostWindow)))
+		if !in.Horizon.IsZero() && in.Horizon.Before(h) {
+			h = in.Horizon
+		}
+		return h
+	}
+}
+
+func (c *Client) effectiveWindow(hostWindow time.Duration) time.Duration {
+	if hostWindow > 0 && hostWindow < c.cfg.Window {
+		return hostWindow
+	}
+	return c.cfg.Window
+}
+
+func (c *Client) margin(win time.Duration) time.Duration { return min(c.cfg.SafetyMargin, win/10) }
+
+// lead is how long before the horizon a clamped last attempt starts.
+func (d *drive) lead() time.Duration { return min(d.c.margin(d.win)/4, time.Second) }
+
+// learn shortens the horizon to a window the server just advertised.
+func (d *drive) learn(w time.Duration) {
+	if w >= d.win {
+		return
+	}
+	d.win = w
+	if h := d.first.Add(w - d.c.margin(w)); h.Before(d.horizon) {
+		d.horizon = h
+	}
+}
+
+// driveID drives one intent to a terminal state. Close cancels it.
+func (c *Client) driveID(ctx context.Context, id string) (*Intent, error) {
+	return c.driveClaimed(ctx, id, nil)
+}
+
+// driveClaimed is driveID starting with a claim already taken (if first is
+// not nil).
+func (c *Client) driveClaimed(ctx context.Context, id string, first *claimed) (*Intent, error) {
+	release := func() {
+		if first != nil && !first.expired {
+			// Nothing was sent: hand the claim back at once.
+			now := c.now()
+			_ = c.q.reschedule(context.WithoutCancel(ctx), id, first.token, now, now, time.Time{},
+				&attemptResult{n: first.attempt, errText: "client closed"}, "client closed")
+		}
+	}
+	if !c.enter() {
+		release()
+		return nil, ErrClosed
+	}
+	defer c.wg.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(c.closeCtx, cancel)
+	defer stop()
+	for {
+		if c.closed() {
+			release()
+			return nil, ErrClosed
+		}
+		ch := c.changedCh()
+		cl, err := first, error(nil)
+		if first == nil {
+			cl, err = c.q.claim(ctx, id, c.now(), c.cfg.LeaseDuration, c.plan(c.now()))
+		}
+		first = nil
+		if err != nil {
+			if ctx.Err() != nil {
+				return c.pendingResult(ctx, id)
+			}
+			return nil, err
+		}
+		if cl != nil && cl.expired {
+			c.ended(cl.in)
+			return cl.in, result(cl.in)
+		}
+		if cl != nil {
+			in, err := c.drive(ctx, cl)
+			switch {
+			case err == nil && in.State != StatePending:
+				return in, result(in)
+			case ctx.Err() != nil:
+				return c.pendingResult(ctx, id)
+			case err != nil && !errors.Is(err, errLeaseLost):
+				return in, err
+			}
+			continue // rescheduled, or taken over: look again
+		}
+		in, err := c.q.get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if in.State != StatePending {
+			return in, result(in)
+		}
+		if err := c.sleepUntil(ctx, in.NextAttemptAt, ch); err != nil {
+			return c.pendingResult(ctx, id)
+		}
+	}
+}
+
+// pendingResult is Do's answer when ctx ended: the intent as stored, and
+// ctx's error.
+func (c *Client) pendingResult(ctx context.Context, id string) (*Intent, error) {
+	in, _ := c.q.get(context.WithoutCancel(ctx), id)
+	if c.closed() {
+		return in, ErrClosed
+	}
+	if ctx.Err() == nil {
+		return in, ErrClosed
+	}
+	return in, ctx.Err()
+}
+
+// Run sends due intents, Config.Concurrency at a time, until ctx ends or
+// the Client is closed; then it cancels the attempts in flight (their
+// intents stay pending and are resumed later, by any process) and returns
+// nil. It keeps going through network and server outages: every intent is
+// retried until it ends or its horizon passes. Errors reading the queue
+// are logged and retried; Run returns an error only if the Client was
+// already closed.
+func (c *Client) Run(ctx context.Context) error {
+	if !c.enter() {
+		return ErrClosed
+	}
+	defer c.wg.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(c.closeCtx, cancel)
+	defer stop()
+
+	sem := make(chan struct{}, c.cfg.Concurrency)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		now := c.now()
+		cl, err := c.q.claim(ctx, "", now, c.cfg.LeaseDuration, c.plan(now))
+		if err != nil || cl == nil || cl.expired {
+			<-sem
+		}
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			c.log.Warn("idemkit: claim failed", "error", err)
+			_ = c.sleepUntil(ctx, now.Add(c.cfg.pollInterval), nil)
+			continue
+		case cl == nil:
+			c.idle(ctx)
+			continue
+		case cl.expired:
+			c.ended(cl.in)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if _, err := c.drive(ctx, cl); err != nil && !errors.Is(err, errLeaseLost) && ctx.Err() == nil {
+				c.log.Warn("idemkit: drive failed", "intent", cl.in.ID, "error", err)
+			}
+		}()
+	}
+}
+
+// idle waits for the next due time, a Submit in this process, the poll
+// interval (other processes), or the end of ctx.
+func (c *Client) idle(ctx context.Context) {
+	d := c.cfg.pollInterval
+	if next, err := c.q.nextDue(ctx); err == nil && !next.IsZero() {
+		if w := next.Sub(c.now()); w < d {
+			d = max(w, time.Millisecond)
+		}
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-c.wake:
+	case <-t.C:
+	}
+}
+
+// ended is called once an intent reached a terminal state in this process.
+func (c *Client) ended(in *Intent) {
+	c.forget(in.ID)
+	c.broadcast()
+	c.log.Info("idemkit: intent ended", "intent", in.ID, "key", in.Key, "state", in.State,
+		"attempts", in.Attempts, "error", in.LastError)
+}
+
+// drive sends a claimed intent, retrying in-process while waits are short,
+// and records the result. It returns the intent as stored afterwards. An
+// errLeaseLost error means another process owns the intent now.
+func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
+	in := cl.in
+	// retries starts at the attempts already made, so the backoff keeps
+	// growing across reschedules and restarts.
+	d := &drive{c: c, in: in, token: cl.token, n: cl.attempt, retries: max(cl.attempt-1, 0),
+		first: in.FirstAttemptAt, horizon: in.Horizon}
+	d.host = hostOf(in.URL)
+	d.win = c.cfg.Window
+	if w := in.Horizon.Sub(in.FirstAttemptAt) + c.margin(c.cfg.Window); w < d.win {
+		d.win = max(w, time.Second)
+	}
+	wctx := context.WithoutCancel(ctx)
+
+	var body any // nil, not an empty reader: no chunked encoding for an empty body
+	if len(in.Body) > 0 {
+		body = in.Body
+	}
+	rreq, err := retryablehttp.NewRequestWithContext(ctx, in.Method, in.URL, body)
+	if err != nil {
+		// prepare() accepted it, so the stored row is bad.
+		now := c.now()
+		ferr := c.q.finish(wctx, in.ID, d.token, now, StateFailed, nil, "cannot build request: "+err.Error(),
+			&attemptResult{n: d.n, errText: err.Error()})
+		return c.after(wctx, in.ID, ferr)
+	}
+	rreq.Header = in.Header.Clone()
+	for k, v := range c.credsFor(in.ID) {
+		rreq.Header[k] = v
+	}
+	rreq.Header.Set("Idempotency-Key", keyHeaderValue(in.Key))
+	if err := d.sendHook(rreq.Request); err != nil {
+		return c.afterHookFailure(wctx, d, err)
+	}
+	c.log.Debug("idemkit: attempt", "intent", in.ID, "key", in.Key, "attempt", d.n, "url", redact(in.URL))
+
+	engine := c.engine(d)
+	resp, doErr := engine.Do(rreq)
+	now := c.now()
+	if resp != nil && d.stop != stopDefinitive {
+		drain(resp)
+	}
+	if d.hookFail != nil {
+		return c.afterHookFailure(wctx, d, d.hookFail)
+	}
+	switch d.stop {
+	case stopDefinitive:
+		body, rerr := io.ReadAll(io.LimitReader(resp.Body, MaxBodySize+1))
+		resp.Body.Close()
+		if rerr != nil {
+			// The answer was cut off: not definitive after all.
+			d.attempt.errText = "reading response body: " + rerr.Error()
+			next := now.Add(c.cfg.Backoff(BackoffBaseDefault, BackoffCapDefault, d.retries, nil))
+			err := c.q.reschedule(wctx, in.ID, d.token, now, next, d.horizon, d.attempt, d.attempt.errText)
+			return c.after(wctx, in.ID, err)
+		}
+		lastErr := ""
+		if len(body) > MaxBodySize {
+			body = body[:MaxBodySize]
+			lastErr = "response body cut at MaxBodySize"
+		}
+		hdr := resp.Header.Clone()
+		hdr.Del("Set-Cookie")
+		o := &Outcome{Status: resp.StatusCode, Header: hdr, Body: body, Replayed: d.attempt.replayed}
+		state := StateSucceeded
+		if resp.StatusCode < 200 || resp.StatusCode > 299 {
+			state = StateFailed
+			if lastErr == "" {
+				lastErr = describe(resp, nil)
+			}
+		}
+		err := c.q.finish(wctx, in.ID, d.token, now, state, o, lastErr, d.attempt)
+		return c.after(wctx, in.ID, err)
+	case stopGiveUp:
+		msg := "gave up: " + redactErr(d.stopErr)
+		err := c.q.finish(wctx, in.ID, d.token, now, StateFailed, nil, msg, d.attempt)
+		return c.after(wctx, in.ID, err)
+	case stopReschedule:
+		c.log.Debug("idemkit: rescheduled", "intent", in.ID, "next", d.next)
+		err := c.q.reschedule(wctx, in.ID, d.token, now, d.next, d.horizon, d.attempt, d.lastErr)
+		return c.after(wctx, in.ID, err)
+	case stopExpire:
+		msg := "horizon " + formatTime(d.horizon) + " reached without a definitive answer"
+		if d.lastErr != "" {
+			msg += "; last error: " + d.lastErr
+		}
+		err := c.q.finish(wctx, in.ID, d.token, now, StateExpired, nil, msg, d.attempt)
+		return c.after(wctx, in.ID, err)
+	case stopLeaseLost:
+		return nil, errLeaseLost
+	case stopQueueErr:
+		return nil, d.stopErr
+	case stopCanceled:
+		// Release the lease so the intent can be resumed at once.
+		a := d.attempt
+		if a == nil {
+			a = &attemptResult{n: d.n}
+		}
+		if a.errText == "" {
+			a.errText = "canceled: " + ctx.Err().Error()
+		}
+		_ = c.q.reschedule(wctx, in.ID, d.token, now, now, d.horizon, a, a.errText)
+		return nil, ctx.Err()
+	}
+	// The engine stopped for a reason of its own (it could not rewind the
+	// body, say): treat it as a failed attempt.
+	msg := "attempt failed"
+	if doErr != nil {
+		msg = redactErr(doErr)
+	}
+	if ctx.Err() != nil {
+		_ = c.q.reschedule(wctx, in.ID, d.token, now, now, d.horizon, &attemptResult{n: d.n, errText: msg}, msg)
+		return nil, ctx.Err()
+	}
+	next := now.Add(c.cfg.Backoff(BackoffBaseDefault, BackoffCapDefault, d.retries, nil))
+	err = c.q.reschedule(wctx, in.ID, d.token, now, next, d.horizon, &attemptResult{n: d.n, errText: msg}, msg)
+	return c.after(wctx, in.ID, err)
+}
+
+// after re-reads the intent once its claim is over, and announces its end.
+func (c *Client) after(ctx context.Context, id string, err error) (*Intent, error) {
+	if err != nil {
+		return nil, err
+	}
+	in, err := c.q.get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if in.State != StatePending {
+		c.ended(in)
+	}
+	return in, nil
+}
+
+func (c *Client) afterHookFailure(ctx context.Context, d *drive, herr error) (*Intent, error) {
+	now := c.now()
+	msg := "send hook: " + herr.Error()
+	next := now.Add(c.cfg.Backoff(BackoffBaseDefault, BackoffCapDefault, d.retries, nil))
+	if next.After(d.horizon) {
+		err := c.q.finish(ctx, d.in.ID, d.token, now, StateExpired, nil, msg, &attemptResult{n: d.n, errText: msg})
+		return c.after(ctx, d.in.ID, err)
+	}
+	err := c.q.reschedule(ctx, d.in.ID, d.token, now, next, d.horizon, &attemptResult{n: d.n, errText: msg}, msg)
+	return c.after(ctx, d.in.ID, err)
+}
+
+func (d *drive) sendHook(r *http.Request) error {
+	if d.c.cfg.SendHookFunc == nil {
+		return nil
+	}
+	return d.c.cfg.SendHookFunc(r)
+}
+
+// errStop ends the engine's loop from PrepareRetry; the reason is in
+// drive.stop.
+var errStop = errors.New("idemkit: stop")
+
+// engine returns a go-retryablehttp client for one claim: the caller's
+// transport and log hooks, with the SDK's policy wired into CheckRetry,
+// Backoff and PrepareRetry.
+func (c *Client) engine(d *drive) *retryablehttp.Client {
+	e := &retryablehttp.Client{
+		HTTPClient:   c.httpc,
+		RetryWaitMin: BackoffBaseDefault,
+		RetryWaitMax: BackoffCapDefault,
+		RetryMax:     math.MaxInt32, // the horizon ends the loop, not a count
+		CheckRetry:   d.checkRetry,
+		Backoff:      func(time.Duration, time.Duration, int, *http.Response) time.Duration { return d.wait },
+		PrepareRetry: d.prepareRetry,
+		ErrorHandler: func(resp *http.Response, err error, _ int) (*http.Response, error) { return resp, err },
+	}
+	if base := c.cfg.HTTPClient; base != nil {
+		e.Logger = base.Logger
+		e.RequestLogHook = base.RequestLogHook
+		e.ResponseLogHook = base.ResponseLogHook
+	}
+	return e
+}
+
+// checkRetry runs after every attempt: it logs the attempt, learns the
+// server's window, and decides between a definitive answer, a short
+// in-process wait, a persisted long wait and expiry.
+func (d *drive) checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
+	c := d.c
+	now := c.now()
+	a := &attemptResult{n: d.n, host: d.host}
+	if resp != nil {
+		a.status = resp.StatusCode
+		a.replayed = strings.EqualFold(strings.TrimSpace(resp.Header.Get("Idempotent-Replayed")), "true")
+		if w, ok := parseWindow(resp.Header); ok {
+			a.learned = w
+			d.learn(w)
+		}
+	}
+	if err != nil {
+		a.errText = redactErr(err)
+	}
+	d.attempt = a
+	retry, perr := c.cfg.CheckRetry(ctx, resp, err)
+	if cerr := ctx.Err(); cerr != nil {
+		d.stop = stopCanceled
+		return false, cerr
+	}
+	if !retry {
+		switch {
+		case perr != nil:
+			d.stop, d.stopErr = stopGiveUp, perr
+			return false, perr
+		case resp == nil:
+			d.stop, d.stopErr = stopGiveUp, err
+			return false, err
+		}
+		d.stop = stopDefinitive
+		return false, nil
+	}
+	d.lastErr = describe(resp, err)
+	backoff := c.cfg.Backoff(BackoffBaseDefault, BackoffCapDefault, d.retries, resp)
+	d.retries++
+	serverWait, has := retryAfter(resp, now)
+	next, ok := schedule(now, d.horizon, backoff, serverWait, has, d.lead())
+	switch {
+	case !ok:
+		d.stop = stopExpire
+		return false, nil
+	case next.Sub(now) > c.cfg.MaxSleep:
+		d.stop, d.next = stopReschedule, next
+		return false, nil
+	}
+	// Sleep in-process: log the attempt and hold the lease over the sleep.
+	werr := c.q.reschedule(context.WithoutCancel(ctx), d.in.ID, d.token, now, next.Add(c.cfg.LeaseDuration), d.horizon, a, d.lastErr)
+	if werr != nil {
+		d.stop, d.stopErr = stopQueueErr, werr
+		if errors.Is(werr, errLeaseLost) {
+			d.stop = stopLeaseLost
+		}
+		return false, werr
+	}
+	d.attempt = nil
+	d.wait = next.Sub(now)
+	c.log.Debug("idemkit: retrying", "intent", d.in.ID, "attempt", d.n, "wait", d.wait, "reason", d.lastErr)
+	return true, nil
+}
+
+// prepareRetry runs before every retry: it refuses to start one past the
+// horizon, starts the attempt in the queue (renewing the lease, checking the
+// fencing token) and calls the send hook.
+func (d *drive) prepareRetry(r *http.Request) error {
+	c := d.c
+	now := c.now()
+	if now.After(d.horizon) {
+		d.stop = stopExpire
+		return errStop
+	}
+	ctx := context.WithoutCancel(r.Context())
+	n, h, err := c.q.startAttempt(ctx, d.in.ID, d.token, now, d.horizon, now.Add(c.cfg.LeaseDuration))
+	if err != nil {
+		d.stop, d.stopErr = stopQueueErr, err
+		if errors.Is(err, errLeaseLost) {
+			d.stop = stopLeaseLost
+		}
+		return err
+	}
+	d.n, d.horizon, d.stop = n, h, stopNone
+	r.Header = r.Header.Clone()
+	if err := d.sendHook(r); err != nil {
+		d.hookFail = err
+		return err
+	}
+	c.log.Debug("idemkit: attempt", "intent", d.in.ID, "key", d.in.Key, "attempt", n, "url", redact(d.in.URL))
+	return nil
+}
+
+func describe(resp *http.Response, err error) string {
+	if err != nil {
+		return redactErr(err)
+	}
+	if resp == nil {
+		return ""
+	}
+	msg := fmt.Sprintf("status %d", resp.StatusCode)
+	if ra := resp.Header.Get("Retry-After"); ra != "" {
+		msg += " (Retry-After: " + ra + ")"
+	}
+	return msg
+}
+
+// redactErr strips URLs (which may carry secrets in their query) from
+// transport errors.
+func redactErr(err error) string {
+	if err == nil {
+		return ""
+	}
+	var ue interface {
+		Unwrap() error
+		Timeout() bool
+	}
+	if errors.As(err, &ue) {
+		if inner := ue.Unwrap(); inner != nil {
+			return inner.Error()
+		}
+	}
+	return err.Error()
+}
+
+func drain(resp *http.Response) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+}
+
+func hostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return strings.ToLower(u.Scheme + "://" + u.Host)
+}
