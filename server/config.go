@@ -20,7 +20,7 @@ const (
 	// runs, extends the lease while it runs and completes it with a
 	// compare-and-set on the fencing token. Use it when the effect lives
 	// outside the idempotency store's database (a payment processor, an
-	// email); forward the key downstream (see ScopeFromContext).
+	// email); forward Scope.DownstreamKey() downstream (see ScopeFromContext).
 	ModeLease Mode = iota
 	// ModeTransactional claims the key, runs the handler and stores the
 	// response in one database transaction, which the handler writes its

@@ -16,8 +16,10 @@ const (
 
 // ScopeFromContext returns the scope (principal, endpoint and key) of the
 // request the middleware is running a handler for. Lease-mode handlers
-// forward Scope.Key to downstream services as their idempotency key, so that
-// a takeover after a crash repeats the downstream call safely.
+// forward Scope.DownstreamKey() to downstream services as their idempotency
+// key, so that a takeover after a crash repeats the downstream call safely
+// (not Scope.Key: a downstream shared by all principals would merge two
+// tenants' calls that happen to use the same key string).
 func ScopeFromContext(ctx context.Context) (Scope, bool) {
 	s, ok := ctx.Value(ctxKeyScope).(Scope)
 	return s, ok

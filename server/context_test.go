@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -37,4 +38,22 @@ func TestContext_Accessors(t *testing.T) {
 			mode == ModeTransactional && kind == mwPostgres, mode == ModeTransactional && kind == mwSQLite)
 		require.Equal(t, want, string(res.Body))
 	})
+}
+
+func TestScope_DownstreamKey(t *testing.T) {
+	t.Parallel()
+	base := Scope{Principal: "alice", Endpoint: "POST /payments", Key: "k1"}
+	k := base.DownstreamKey()
+	require.Equal(t, k, base.DownstreamKey(), "stable across calls (retries, takeovers)")
+	require.Len(t, k, 36)
+	require.True(t, strings.HasPrefix(k, "idk_"), "got %q", k)
+	for _, other := range []Scope{
+		{Principal: "bob", Endpoint: base.Endpoint, Key: base.Key},
+		{Principal: base.Principal, Endpoint: "POST /refunds", Key: base.Key},
+		{Principal: base.Principal, Endpoint: base.Endpoint, Key: "k2"},
+		// Length-prefixed parts: moving bytes between fields changes the key.
+		{Principal: "alic", Endpoint: "e" + base.Endpoint, Key: base.Key},
+	} {
+		require.NotEqual(t, k, other.DownstreamKey(), "scope %+v", other)
+	}
 }

@@ -62,7 +62,7 @@
 // handler runs, a heartbeat extends the lease every LeaseDuration/3, and the
 // response is stored with a compare-and-set on the token. If the process
 // dies, a retry after the lease takes the claim over and runs the handler
-// again, so forward the key downstream ([ScopeFromContext]).
+// again, so forward [Scope.DownstreamKey] downstream ([ScopeFromContext]).
 //
 // [ModeTransactional] is for effects in the same database: the claim, the
 // handler's writes (on [PgxTx] or [SQLTx]) and the stored response commit in

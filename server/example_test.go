@@ -76,7 +76,7 @@ func Example() {
 	mux.Handle("POST /payments", m.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := charges.Add(1) // the effect: charge the card once
 		sc, _ := server.ScopeFromContext(r.Context())
-		_ = sc.Key // forward it as the processor's idempotency key
+		_ = sc.DownstreamKey() // forward it as the processor's idempotency key
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"payment":"pay_%d"}`, n)

@@ -50,6 +50,9 @@ const (
 	// OutcomePassThrough: no key and Config.AllowMissingKey; the handler ran
 	// unprotected.
 	OutcomePassThrough Outcome = "pass_through"
+	// OutcomeCanceled: the request's context ended before the key was
+	// claimed (the client went away); nothing ran and nothing is held.
+	OutcomeCanceled Outcome = "canceled"
 )
 
 // Event describes one keyed request, for Config.OnEventFunc.
@@ -258,9 +261,20 @@ func (m *Middleware) claimRequest(scope Scope, fp []byte, version int, hold time
 
 func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fp []byte, version int, ev *Event) {
 	ctx := r.Context()
+	if err := ctx.Err(); err != nil {
+		m.storeFailure(w, r, ev, "claim", err)
+		return
+	}
+	cleanup := context.WithoutCancel(ctx)
 	req := m.claimRequest(scope, fp, version, m.cfg.LeaseDuration)
+	// The claim commits on its own: a client that disconnects mid-statement
+	// must not leave a committed claim this process never learns about (and
+	// so never releases), so the claim runs on a context the request cannot
+	// cancel, bounded by claimTimeout instead.
+	claimCtx, cancelClaim := context.WithTimeout(cleanup, claimTimeout)
 	t0 := time.Now()
-	res, err := m.store.Claim(ctx, req)
+	res, err := m.store.Claim(claimCtx, req)
+	cancelClaim()
 	m.metrics.claimTime.Observe(time.Since(t0).Seconds())
 	if err != nil {
 		m.storeFailure(w, r, ev, "claim", err)
@@ -270,8 +284,14 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 		m.answerExisting(w, r, res.Existing, fp, version, ev)
 		return
 	}
+	if err := ctx.Err(); err != nil {
+		// Claimed for a client that is gone: free the key at once rather
+		// than holding it for a whole lease.
+		m.release(cleanup, r, scope, res.Token)
+		m.storeFailure(w, r, ev, "claim", err)
+		return
+	}
 	m.acquired(ev, res)
-	cleanup := context.WithoutCancel(ctx)
 	hb := m.startHeartbeat(cleanup, scope, res.Token)
 	defer hb.stop()
 
@@ -316,6 +336,10 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 	ev.Outcome = OutcomeExecuted
 	rec.send(nil)
 }
+
+// claimTimeout bounds a lease-mode claim, which runs on a context the
+// request cannot cancel.
+const claimTimeout = 10 * time.Second
 
 // complete stores resp for the lease-mode claim. A failure is logged and
 // returned, but the response is still sent: the handler's effect happened.
@@ -533,6 +557,16 @@ func (m *Middleware) storedResponse(rec *recorder, omit bool) *StoredResponse {
 // storeFailure answers a store error before the handler ran.
 func (m *Middleware) storeFailure(w http.ResponseWriter, r *http.Request, ev *Event, op string, err error) {
 	ev.Err = err
+	if ctxErr := r.Context().Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+		// The client went away (or a server timeout fired) while the store
+		// call waited: not a store failure, and nothing to page anyone for.
+		ev.Outcome, ev.Status = OutcomeCanceled, http.StatusServiceUnavailable
+		writeProblem(w, http.StatusServiceUnavailable, ProblemCanceled,
+			"The request was canceled before it was processed; nothing was applied. Retry with the same Idempotency-Key.", 1)
+		m.cfg.Logger.LogAttrs(r.Context(), slog.LevelDebug, "idemkit: request canceled before its claim",
+			scopeAttrs(ev.Scope, slog.String("op", op), slog.Any("error", err))...)
+		return
+	}
 	switch {
 	case errors.Is(err, ErrInFlight):
 		m.metrics.conflicts.Inc()

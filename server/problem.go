@@ -23,6 +23,7 @@ const (
 	ProblemStoreUnavailable = "store-unavailable"
 	ProblemStoreBusy        = "store-busy"
 	ProblemHandlerPanic     = "handler-panic"
+	ProblemCanceled         = "request-canceled"
 )
 
 // problem is an RFC 9457 problem details object.
@@ -45,6 +46,7 @@ var problemTitles = map[string]string{
 	ProblemStoreUnavailable: "Idempotency store unavailable",
 	ProblemStoreBusy:        "Idempotency store busy",
 	ProblemHandlerPanic:     "Internal server error",
+	ProblemCanceled:         "Request canceled before it was processed",
 }
 
 // writeProblem answers with an application/problem+json body. retryAfter, if

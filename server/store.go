@@ -2,6 +2,9 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"net/http"
 	"time"
 )
@@ -26,6 +29,25 @@ type Scope struct {
 	Principal string
 	Endpoint  string
 	Key       string
+}
+
+// DownstreamKey returns an idempotency key for calls the handler makes to a
+// downstream service on behalf of this request, such as a payment
+// processor: "idk_" and 32 base64url characters of a SHA-256 over the whole
+// scope. Forward it rather than s.Key. The downstream usually sees one
+// account for all of your principals, so the bare client key would merge two
+// tenants who chose the same key string into one downstream effect; this key
+// differs for every (principal, endpoint, key) and is the same on every
+// retry and takeover of one request.
+func (s Scope) DownstreamKey() string {
+	h := sha256.New()
+	for _, part := range []string{"idemkit-downstream-v1", s.Principal, s.Endpoint, s.Key} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write([]byte(part))
+	}
+	return "idk_" + base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:24])
 }
 
 // EndpointAny is the Endpoint of every Scope when keys are principal-wide

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +28,10 @@ type App struct {
 	closeOnce sync.Once
 }
 
+// poolMaxConnsDefault is the PostgreSQL pool size unless the DSN sets
+// pool_max_conns.
+const poolMaxConnsDefault = 32
+
 // Open opens the database (PostgreSQL with cfg.DSN, else the SQLite file
 // cfg.DB), creates the idempotency and payments tables if needed and wires
 // the API. cfg may be nil. ctx bounds the opening and the migrations only.
@@ -46,7 +51,18 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 	var l ledger
 	if cfg.DSN != "" {
 		a.backend = "postgres"
-		pool, err := pgxpool.New(ctx, cfg.DSN)
+		pcfg, err := pgxpool.ParseConfig(cfg.DSN)
+		if err != nil {
+			return nil, fmt.Errorf("parse --dsn: %w", err)
+		}
+		if !strings.Contains(cfg.DSN, "pool_max_conns") {
+			// In transactional mode every in-flight payment holds a
+			// connection for its whole handler (its delay included), so
+			// pgxpool's default of max(4, NumCPU) would cap concurrent
+			// payments at 4 on a small machine.
+			pcfg.MaxConns = poolMaxConnsDefault
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 		if err != nil {
 			return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
 		}
