@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"strings"
@@ -27,7 +28,8 @@ const (
 	SafetyMarginDefault = time.Minute
 	// MaxSleepDefault is the longest wait slept in-process.
 	MaxSleepDefault = 30 * time.Second
-	// LeaseDurationDefault is how long a claim on an intent lasts.
+	// LeaseDurationDefault is how long a claim on an intent lasts unless
+	// renewed; a dead holder's claim on the same host is taken over sooner.
 	LeaseDurationDefault = 2 * time.Minute
 	// AttemptTimeoutDefault bounds one HTTP attempt, body included.
 	AttemptTimeoutDefault = 30 * time.Second
@@ -100,10 +102,14 @@ type Config struct {
 	// attempt time and the worker moves on. Defaults to MaxSleepDefault (30s).
 	MaxSleep time.Duration
 
-	// LeaseDuration is how long a process owns an intent it is sending;
-	// another process takes it over (with a new fencing token) once the
-	// lease runs out. Renewed at every attempt. Must exceed AttemptTimeout.
-	// Defaults to LeaseDurationDefault (2m).
+	// LeaseDuration is how long a process owns an intent it is sending,
+	// renewed at every attempt. Another process takes the intent over (with
+	// a new fencing token) once the lease runs out, or at once if the
+	// holder is a process on the same host that died: on Unix, no process
+	// has its pid any more (on Linux also: the pid now belongs to a process
+	// that started later); elsewhere only the end of the lease counts. A
+	// holder on another host, or one that is alive but stuck, is waited
+	// for. Must exceed AttemptTimeout. Defaults to LeaseDurationDefault (2m).
 	LeaseDuration time.Duration
 
 	// AttemptTimeout bounds one HTTP attempt, reading the response body
@@ -185,6 +191,7 @@ func (c *Config) validate() error {
 type Client struct {
 	cfg   *Config
 	q     *queue
+	self  leaseOwner // this process, as lease owner
 	ownDB bool
 	httpc *http.Client
 	ownHC bool
@@ -230,10 +237,9 @@ func Open(ctx context.Context, path string, cfg *Config) (*Client, error) {
 		return nil, fmt.Errorf("idemkit: open queue %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(8)
-	var n int
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sqlite_master`).Scan(&n); err != nil {
+	if err := firstQuery(ctx, db); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("idemkit: open queue %s: %w", path, interpretError(err))
+		return nil, fmt.Errorf("idemkit: open queue %s: %w", path, err)
 	}
 	c, err := newClient(ctx, db, cfg, busyTimeout)
 	if err != nil {
@@ -242,6 +248,32 @@ func Open(ctx context.Context, path string, cfg *Config) (*Client, error) {
 	}
 	c.ownDB = true
 	return c, nil
+}
+
+// firstQuery reads the schema once, which opens a connection and so runs
+// its pragmas. Several processes opening a fresh file at once contend for
+// the switch to WAL, which does not wait on the busy handler long enough:
+// a busy answer is retried, with jitter, for up to busyTimeout.
+func firstQuery(ctx context.Context, db *sql.DB) error {
+	deadline := time.Now().Add(busyTimeout)
+	for {
+		var n int
+		err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sqlite_master`).Scan(&n)
+		if err == nil {
+			return nil
+		}
+		err = interpretError(err)
+		if !errors.Is(err, ErrQueueLocked) || time.Now().After(deadline) {
+			return err
+		}
+		t := time.NewTimer(time.Duration(2+rand.IntN(20)) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // checkHeader refuses an existing, non-empty file that is not SQLite.
@@ -288,9 +320,11 @@ func newClient(ctx context.Context, db *sql.DB, cfg *Config, busyRetry time.Dura
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	self := currentLeaseOwner()
 	c := &Client{
 		cfg:      cfg,
-		q:        &queue{db: db, busyRetry: busyRetry},
+		q:        &queue{db: db, busyRetry: busyRetry, owner: self.String()},
+		self:     self,
 		log:      cfg.Logger,
 		submitCh: make(chan *submitOp),
 		wake:     make(chan struct{}, 1),

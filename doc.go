@@ -76,9 +76,16 @@
 //
 // Several processes may share one queue file. Each attempt runs under a
 // lease with a fencing token (claimed with BEGIN IMMEDIATE, within the
-// SQLite busy timeout); a process that dies mid-attempt leaves the intent to
-// be taken over once its lease (Config.LeaseDuration) runs out, with the
-// same key. Two processes never send the same intent at the same time.
+// SQLite busy timeout) that also names its holder: host, pid and process
+// start time. When a process dies mid-attempt (a SIGKILL, a crash), the
+// next process on the same host that looks for work ([Client.Run], or
+// [Client.Do] with the intent's key) sees that the holder is gone and takes
+// the intent over at once, with a new fencing token and the same key,
+// logging "taking over intent of dead process pid N". A holder on another
+// host, or alive but stuck, keeps the intent until its lease
+// (Config.LeaseDuration) runs out; so does any holder on Windows and other
+// systems without the Unix liveness check. Two processes never send the
+// same intent at the same time.
 //
 // # Queue file
 //

@@ -26,12 +26,16 @@ const (
 	childServerEnv = "IDEMKIT_TEST_SERVER"
 	childNameEnv   = "IDEMKIT_TEST_NAME"
 	childKeyEnv    = "IDEMKIT_TEST_KEY"
+	// childLeaseEnv, if set, is the child's LeaseDuration (its
+	// AttemptTimeout is half of it).
+	childLeaseEnv = "IDEMKIT_TEST_LEASE"
 )
 
 // childConfig is the Config of child processes: short leases, so that a
-// takeover after a kill happens within seconds.
+// takeover after a kill happens within seconds even where the holder's
+// death is not detected, unless childLeaseEnv sets a long one.
 func childConfig(name string) *Config {
-	return &Config{
+	cfg := &Config{
 		Backoff:        fastBackoff,
 		LeaseDuration:  3 * time.Second,
 		AttemptTimeout: 2 * time.Second,
@@ -43,6 +47,10 @@ func childConfig(name string) *Config {
 			return nil
 		},
 	}
+	if d, err := time.ParseDuration(os.Getenv(childLeaseEnv)); err == nil {
+		cfg.LeaseDuration, cfg.AttemptTimeout = d, d/2
+	}
+	return cfg
 }
 
 func childMain(role string) int {

@@ -77,6 +77,9 @@ type queue struct {
 	// to a busy neighbour; short jittered retries here keep two processes
 	// sharing a queue fair.
 	busyRetry time.Duration
+	// owner is this process's lease owner (see leaseOwner), written with
+	// every lease it takes or renews.
+	owner string
 
 	// batches counts group commits; waiting counts Submit calls waiting for
 	// one (both for tests and the curious).
@@ -227,10 +230,11 @@ const (
 	sqlUpsertHost = `INSERT INTO idemkit_hosts (host, window_seconds, updated_at) VALUES (?, ?, ?)
 	ON CONFLICT (host) DO UPDATE SET window_seconds = excluded.window_seconds, updated_at = excluded.updated_at`
 
-	// sqlClaim takes the lease (a new fencing token) and starts an attempt.
-	// The horizon only ever moves earlier.
+	// sqlClaim takes the lease (a new fencing token, this process as its
+	// owner) and starts an attempt. The horizon only ever moves earlier.
 	sqlClaim = `UPDATE idemkit_intents SET
 		lease_token = lease_token + 1,
+		lease_owner = ?5,
 		attempts = attempts + 1,
 		first_attempt_at = COALESCE(first_attempt_at, ?1),
 		horizon = CASE WHEN horizon IS NULL OR horizon > ?2 THEN ?2 ELSE horizon END,
@@ -242,6 +246,7 @@ const (
 	// sqlStartAttempt is sqlClaim for a retry within the same lease.
 	sqlStartAttempt = `UPDATE idemkit_intents SET
 		attempts = attempts + 1,
+		lease_owner = ?6,
 		horizon = CASE WHEN horizon IS NULL OR horizon > ?2 THEN ?2 ELSE horizon END,
 		next_attempt_at = ?3,
 		updated_at = ?1
@@ -254,19 +259,20 @@ const (
 	WHERE intent_id = ? AND n = ?`
 
 	// sqlReschedule keeps the intent pending and sets its next attempt time
-	// (also used to extend the lease across an in-process sleep, and to
-	// release it).
+	// (also used to extend the lease across an in-process sleep, owner kept,
+	// and to release it, owner NULL).
 	sqlReschedule = `UPDATE idemkit_intents SET
-		next_attempt_at = ?1, last_error = ?2, updated_at = ?3,
+		next_attempt_at = ?1, last_error = ?2, updated_at = ?3, lease_owner = ?7,
 		horizon = CASE WHEN ?4 IS NULL OR horizon IS NULL OR horizon <= ?4 THEN horizon ELSE ?4 END
 	WHERE id = ?5 AND lease_token = ?6 AND state = 'pending'`
 
 	sqlFinish = `UPDATE idemkit_intents SET
 		state = ?1, outcome_status = ?2, outcome_header = ?3, outcome_body = ?4, outcome_replayed = ?5,
-		last_error = ?6, updated_at = ?7, next_attempt_at = ?7
+		last_error = ?6, updated_at = ?7, next_attempt_at = ?7, lease_owner = NULL
 	WHERE id = ?8 AND lease_token = ?9 AND state = 'pending'`
 
-	sqlCancel = `UPDATE idemkit_intents SET state = 'canceled', last_error = 'canceled', updated_at = ?1, next_attempt_at = ?1
+	sqlCancel = `UPDATE idemkit_intents SET state = 'canceled', last_error = 'canceled', updated_at = ?1, next_attempt_at = ?1,
+		lease_owner = NULL
 	WHERE id = ?2 AND state = 'pending'`
 
 	sqlQuarantine = `UPDATE idemkit_intents SET next_attempt_at = ? WHERE id = ?`
@@ -454,7 +460,7 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 		}
 		var first, hz string
 		c := &claimed{in: in}
-		if err := ex.QueryRowContext(ctx, sqlClaim, ts, formatTime(horizon), formatTime(now.Add(lease)), in.ID).
+		if err := ex.QueryRowContext(ctx, sqlClaim, ts, formatTime(horizon), formatTime(now.Add(lease)), in.ID, q.owner).
 			Scan(&c.token, &c.attempt, &first, &hz); err != nil {
 			return err
 		}
@@ -483,7 +489,7 @@ func (q *queue) startAttempt(ctx context.Context, id string, token int64, now, h
 	var hz string
 	err := q.inTx(ctx, func(ex execer) error {
 		ts := formatTime(now)
-		err := ex.QueryRowContext(ctx, sqlStartAttempt, ts, formatTime(horizon), formatTime(leaseUntil), id, token).Scan(&n, &hz)
+		err := ex.QueryRowContext(ctx, sqlStartAttempt, ts, formatTime(horizon), formatTime(leaseUntil), id, token, q.owner).Scan(&n, &hz)
 		if errors.Is(err, sql.ErrNoRows) {
 			return errLeaseLost
 		}
@@ -528,8 +534,10 @@ func (q *queue) logAttempt(ctx context.Context, ex execer, id string, now time.T
 }
 
 // reschedule logs the attempt and keeps the intent pending until next;
-// horizon, when not zero, shortens the stored horizon.
-func (q *queue) reschedule(ctx context.Context, id string, token int64, now, next, horizon time.Time, a *attemptResult, lastErr string) error {
+// horizon, when not zero, shortens the stored horizon. With hold, this
+// process keeps the lease until next (an in-process sleep); without, the
+// lease is released and next is a plain due time.
+func (q *queue) reschedule(ctx context.Context, id string, token int64, now, next, horizon time.Time, a *attemptResult, lastErr string, hold bool) error {
 	return q.inTx(ctx, func(ex execer) error {
 		if a != nil {
 			if err := q.logAttempt(ctx, ex, id, now, a); err != nil {
@@ -540,7 +548,11 @@ func (q *queue) reschedule(ctx context.Context, id string, token int64, now, nex
 		if !horizon.IsZero() {
 			hz = formatTime(horizon)
 		}
-		res, err := ex.ExecContext(ctx, sqlReschedule, formatTime(next), lastErr, formatTime(now), hz, id, token)
+		var owner any
+		if hold {
+			owner = q.owner
+		}
+		res, err := ex.ExecContext(ctx, sqlReschedule, formatTime(next), lastErr, formatTime(now), hz, id, token, owner)
 		if err != nil {
 			return err
 		}

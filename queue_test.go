@@ -93,6 +93,9 @@ func TestQueue_OneMillionIntents(t *testing.T) {
 	_, err = b.c.q.db.ExecContext(ctx, `ANALYZE`)
 	require.NoError(t, err)
 	require.Contains(t, explain(t, b.c.q.db, sqlSelectDue, formatTime(time.Now())), "USING INDEX idemkit_intents_due")
+	lo, hi := hostPrefixRange(b.c.self.host)
+	require.Contains(t, explain(t, b.c.q.db, sqlLeaseOwners, lo, hi, b.c.q.owner, formatTime(time.Now()), takeoverOwnersMax),
+		"USING INDEX idemkit_intents_leased", "the takeover lookup reads leased intents only")
 
 	cl, err := b.c.q.claim(ctx, "", time.Now(), time.Minute, b.c.plan(time.Now()))
 	require.NoError(t, err)

@@ -102,7 +102,7 @@ func (c *Client) driveClaimed(ctx context.Context, id string, first *claimed) (*
 			// Nothing was sent: hand the claim back at once.
 			now := c.now()
 			_ = c.q.reschedule(context.WithoutCancel(ctx), id, first.token, now, now, time.Time{},
-				&attemptResult{n: first.attempt, errText: "client closed"}, "client closed")
+				&attemptResult{n: first.attempt, errText: "client closed"}, "client closed", false)
 		}
 	}
 	if !c.enter() {
@@ -122,6 +122,7 @@ func (c *Client) driveClaimed(ctx context.Context, id string, first *claimed) (*
 		ch := c.changedCh()
 		cl, err := first, error(nil)
 		if first == nil {
+			c.takeOver(ctx, id) // held by a dead process? then claim it now
 			cl, err = c.q.claim(ctx, id, c.now(), c.cfg.LeaseDuration, c.plan(c.now()))
 		}
 		first = nil
@@ -199,6 +200,7 @@ func (c *Client) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		}
+		c.takeOver(ctx, "") // leases of dead processes become due now
 		now := c.now()
 		cl, err := c.q.claim(ctx, "", now, c.cfg.LeaseDuration, c.plan(now))
 		if err != nil || cl == nil || cl.expired {
@@ -310,7 +312,7 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 			// The answer was cut off: not definitive after all.
 			d.attempt.errText = "reading response body: " + rerr.Error()
 			next := now.Add(c.cfg.Backoff(BackoffBaseDefault, BackoffCapDefault, d.retries, nil))
-			err := c.q.reschedule(wctx, in.ID, d.token, now, next, d.horizon, d.attempt, d.attempt.errText)
+			err := c.q.reschedule(wctx, in.ID, d.token, now, next, d.horizon, d.attempt, d.attempt.errText, false)
 			return c.after(wctx, in.ID, err)
 		}
 		lastErr := ""
@@ -336,7 +338,7 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 		return c.after(wctx, in.ID, err)
 	case stopReschedule:
 		c.log.Debug("idemkit: rescheduled", "intent", in.ID, "next", d.next)
-		err := c.q.reschedule(wctx, in.ID, d.token, now, d.next, d.horizon, d.attempt, d.lastErr)
+		err := c.q.reschedule(wctx, in.ID, d.token, now, d.next, d.horizon, d.attempt, d.lastErr, false)
 		return c.after(wctx, in.ID, err)
 	case stopExpire:
 		msg := "horizon " + formatTime(d.horizon) + " reached without a definitive answer"
@@ -358,7 +360,7 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 		if a.errText == "" {
 			a.errText = "canceled: " + ctx.Err().Error()
 		}
-		_ = c.q.reschedule(wctx, in.ID, d.token, now, now, d.horizon, a, a.errText)
+		_ = c.q.reschedule(wctx, in.ID, d.token, now, now, d.horizon, a, a.errText, false)
 		return nil, ctx.Err()
 	}
 	// The engine stopped for a reason of its own (it could not rewind the
@@ -368,11 +370,11 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 		msg = redactErr(doErr)
 	}
 	if ctx.Err() != nil {
-		_ = c.q.reschedule(wctx, in.ID, d.token, now, now, d.horizon, &attemptResult{n: d.n, errText: msg}, msg)
+		_ = c.q.reschedule(wctx, in.ID, d.token, now, now, d.horizon, &attemptResult{n: d.n, errText: msg}, msg, false)
 		return nil, ctx.Err()
 	}
 	next := now.Add(c.cfg.Backoff(BackoffBaseDefault, BackoffCapDefault, d.retries, nil))
-	err = c.q.reschedule(wctx, in.ID, d.token, now, next, d.horizon, &attemptResult{n: d.n, errText: msg}, msg)
+	err = c.q.reschedule(wctx, in.ID, d.token, now, next, d.horizon, &attemptResult{n: d.n, errText: msg}, msg, false)
 	return c.after(wctx, in.ID, err)
 }
 
@@ -399,7 +401,7 @@ func (c *Client) afterHookFailure(ctx context.Context, d *drive, herr error) (*I
 		err := c.q.finish(ctx, d.in.ID, d.token, now, StateExpired, nil, msg, &attemptResult{n: d.n, errText: msg})
 		return c.after(ctx, d.in.ID, err)
 	}
-	err := c.q.reschedule(ctx, d.in.ID, d.token, now, next, d.horizon, &attemptResult{n: d.n, errText: msg}, msg)
+	err := c.q.reschedule(ctx, d.in.ID, d.token, now, next, d.horizon, &attemptResult{n: d.n, errText: msg}, msg, false)
 	return c.after(ctx, d.in.ID, err)
 }
 
@@ -486,7 +488,7 @@ func (d *drive) checkRetry(ctx context.Context, resp *http.Response, err error) 
 		return false, nil
 	}
 	// Sleep in-process: log the attempt and hold the lease over the sleep.
-	werr := c.q.reschedule(context.WithoutCancel(ctx), d.in.ID, d.token, now, next.Add(c.cfg.LeaseDuration), d.horizon, a, d.lastErr)
+	werr := c.q.reschedule(context.WithoutCancel(ctx), d.in.ID, d.token, now, next.Add(c.cfg.LeaseDuration), d.horizon, a, d.lastErr, true)
 	if werr != nil {
 		d.stop, d.stopErr = stopQueueErr, werr
 		if errors.Is(werr, errLeaseLost) {

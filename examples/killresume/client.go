@@ -54,8 +54,6 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := flag.NewFlagSet("killresume client", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	queue := fs.String("queue", "", "queue file")
-	lease := fs.Duration("lease", clientLease(delayDefault), "Config.LeaseDuration")
-	attemptTimeout := fs.Duration("attempt-timeout", clientAttemptTimeout(delayDefault), "Config.AttemptTimeout")
 	t0 := f.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -65,12 +63,19 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer cancel()
 	em := newEmitter(stdout)
 
-	logger := slog.New(slog.DiscardHandler)
+	var logs slog.Handler = slog.DiscardHandler
 	if f.verbose {
-		logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		logs = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug})
 	}
+	logs = &takeoverNarrator{next: logs, report: func(pid int64, reason string) {
+		em.emit(event{Kind: evTakeover, Text: fmt.Sprintf(
+			"the killed client (pid %d) is dead (%s): its lease is taken over at once, with a new fencing token", pid, reason)})
+	}}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	defer tr.CloseIdleConnections()
+	// LeaseDuration and AttemptTimeout are the SDK's defaults (2m, 30s):
+	// the restarted client does not wait for the killed one's lease, it
+	// sees that its holder is dead.
 	c, err := idemkit.Open(ctx, *queue, &idemkit.Config{
 		HTTPClient: &retryablehttp.Client{HTTPClient: &http.Client{Transport: &tracingTransport{base: tr, em: em}}},
 		// Credentials are never written to the queue: a resumed intent gets
@@ -79,9 +84,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			r.Header.Set("Authorization", "Bearer "+f.account)
 			return nil
 		},
-		LeaseDuration:  *lease,
-		AttemptTimeout: *attemptTimeout,
-		Logger:         logger,
+		Logger: slog.New(logs),
 	})
 	if err != nil {
 		return err
@@ -109,9 +112,8 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		in = pending[0]
 		text := fmt.Sprintf("found intent %s in the queue: %s, %d attempt, no outcome; resuming it with the SAME Idempotency-Key %s",
 			in.ID, in.State, in.Attempts, in.Key)
-		if wait := time.Until(in.NextAttemptAt); wait > 0 {
-			text += fmt.Sprintf("; the killed client's lease on it runs out at %s (in %v), then this client takes it over",
-				f.since(in.NextAttemptAt), wait.Round(time.Millisecond))
+		if in.NextAttemptAt.After(time.Now()) {
+			text += fmt.Sprintf("; the killed client's lease on it runs until %s", f.since(in.NextAttemptAt))
 		}
 		em.emit(event{Kind: evResuming, Intent: in.ID, Key: in.Key, Text: text})
 	}
@@ -168,6 +170,47 @@ func describeAttempt(f *clientFlags, a *idemkit.Attempt) string {
 		return s + fmt.Sprintf("%d %s, Idempotent-Replayed: true", a.Status, http.StatusText(a.Status))
 	}
 	return s + fmt.Sprintf("%d %s", a.Status, http.StatusText(a.Status))
+}
+
+// takeoverNarrator passes the SDK's logs on to next, and reports the
+// SDK's takeover of a dead process's lease ("idemkit: taking over intent of
+// dead process pid N", logged at Info with the pid and the reason).
+type takeoverNarrator struct {
+	next   slog.Handler
+	report func(pid int64, reason string)
+}
+
+func (h *takeoverNarrator) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelInfo || h.next.Enabled(ctx, l)
+}
+
+func (h *takeoverNarrator) Handle(ctx context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "idemkit: taking over intent of dead process") {
+		var pid int64
+		var reason string
+		r.Attrs(func(a slog.Attr) bool {
+			switch a.Key {
+			case "pid":
+				pid = a.Value.Int64()
+			case "reason":
+				reason = a.Value.String()
+			}
+			return true
+		})
+		h.report(pid, reason)
+	}
+	if !h.next.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.next.Handle(ctx, r)
+}
+
+func (h *takeoverNarrator) WithAttrs(as []slog.Attr) slog.Handler {
+	return &takeoverNarrator{next: h.next.WithAttrs(as), report: h.report}
+}
+
+func (h *takeoverNarrator) WithGroup(name string) slog.Handler {
+	return &takeoverNarrator{next: h.next.WithGroup(name), report: h.report}
 }
 
 // tracingTransport reports every request the SDK sends and every response

@@ -135,7 +135,6 @@ func (d *demo) startServer(ctx context.Context) error {
 func (d *demo) idemkitScenario(ctx context.Context) ([]paymentsapi.Payment, error) {
 	queue := filepath.Join(d.dir, "queue.db")
 	args := []string{"--queue", queue, "--url", d.url, "--account", d.alice,
-		"--lease", clientLease(d.o.delay).String(), "--attempt-timeout", clientAttemptTimeout(d.o.delay).String(),
 		"--t0", strconv.FormatInt(d.t0.UnixNano(), 10)}
 	if d.o.verbose {
 		args = append(args, "--verbose")

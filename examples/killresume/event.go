@@ -16,6 +16,7 @@ const (
 	// Clients.
 	evPersisted = "persisted" // Intent, Key: on disk, nothing sent
 	evResuming  = "resuming"  // Intent, Key: found pending in the queue
+	evTakeover  = "takeover"  // the SDK took the dead client's lease over
 	evSend      = "send"      // Key: a request is about to leave
 	evResponse  = "response"  // Key, Status, Replayed, Payment (Status 0: no answer)
 	evDone      = "done"      // Intent, Key, Status, Replayed, Payment: the client's final result

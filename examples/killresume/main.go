@@ -116,15 +116,3 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	return o, nil
 }
-
-// clientLease is the lease the demo's idemkit client takes on its intent:
-// the killed client's lease must run out before the restarted client may
-// take the intent over. Half the server's delay, so that the takeover
-// happens while the first request is still in flight (and gets a 409).
-func clientLease(delay time.Duration) time.Duration { return delay / 2 }
-
-// clientAttemptTimeout bounds one attempt of the demo's idemkit client; the
-// SDK requires it to be shorter than the lease.
-func clientAttemptTimeout(delay time.Duration) time.Duration {
-	return clientLease(delay) - clientLease(delay)/4
-}

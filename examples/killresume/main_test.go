@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testpg"
 )
 
@@ -188,9 +189,17 @@ func TestDemo(t *testing.T) {
 				"kill -9 client",
 				"no outcome",
 				"resuming it with the SAME Idempotency-Key "+key,
+				"the killed client (pid ",
+				"its lease is taken over at once",
+				"-> POST /v1/payments  Idempotency-Key: "+key,
 				"<- 201 Created  Idempotent-Replayed: true",
 				"VERDICT:",
 			)
+			killed := regexp.MustCompile(`kill -9 client \(pid (\d+)\)`).FindStringSubmatch(out)
+			taken := regexp.MustCompile(`the killed client \(pid (\d+)\) is dead`).FindStringSubmatch(out)
+			require.NotNil(t, killed, "no kill line in:\n%s", out)
+			require.NotNil(t, taken, "no takeover line in:\n%s", out)
+			require.Equal(t, killed[1], taken[1], "the SDK took over the lease of the client the demo killed")
 			require.Contains(t, out, "is in the ledger: the server finished the charge although its client was dead")
 			require.Contains(t, out, "POST key "+key+": 201, payment", "the server committed the killed client's charge")
 			if strings.Contains(out, "<- 409 Conflict") {
@@ -277,10 +286,10 @@ func TestParseFlags(t *testing.T) {
 
 func TestClientTiming(t *testing.T) {
 	t.Parallel()
-	for _, d := range []time.Duration{time.Second, 3 * time.Second, maxDelay} {
-		lease, attempt := clientLease(d), clientAttemptTimeout(d)
-		require.Less(t, lease, d, "delay %v: the lease must run out while the first request is in flight", d)
-		require.Less(t, attempt, lease, "delay %v: the SDK requires AttemptTimeout < LeaseDuration", d)
-		require.Greater(t, attempt, serverLockTimeout, "delay %v: a 409 must come back within one attempt", d)
-	}
+	// The client runs on the SDK's defaults. Its lifetime is shorter than
+	// the killed client's lease: the restarted client can only finish by
+	// taking the dead client's lease over, never by waiting it out.
+	require.Greater(t, idemkit.LeaseDurationDefault, clientTimeout+maxDelay)
+	require.Greater(t, idemkit.AttemptTimeoutDefault, serverLockTimeout, "a 409 must come back within one attempt")
+	require.Greater(t, idemkit.AttemptTimeoutDefault, maxDelay, "the handler's answer comes back within one attempt")
 }

@@ -1,0 +1,274 @@
+package idemkit
+
+import (
+	"database/sql"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// snapshot returns every row of table, in rowid order, with the given
+// columns (all of them when cols is nil), and the column names.
+func snapshot(t *testing.T, db *sql.DB, table string, cols []string) ([][]any, []string) {
+	t.Helper()
+	list := "*"
+	if cols != nil {
+		list = strings.Join(cols, ", ")
+	}
+	order := "rowid"
+	if table == "idemkit_attempts" { // WITHOUT ROWID
+		order = "intent_id, n"
+	}
+	rows, err := db.Query("SELECT " + list + " FROM " + table + " ORDER BY " + order)
+	require.NoError(t, err)
+	defer rows.Close()
+	names, err := rows.Columns()
+	require.NoError(t, err)
+	var out [][]any
+	for rows.Next() {
+		vals := make([]any, len(names))
+		ptrs := make([]any, len(names))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		require.NoError(t, rows.Scan(ptrs...))
+		out = append(out, vals)
+	}
+	require.NoError(t, rows.Err())
+	return out, names
+}
+
+func migrationVersions(t *testing.T, db *sql.DB) []int {
+	t.Helper()
+	rows, err := db.Query(`SELECT version FROM idemkit_client_migrations ORDER BY version`)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []int
+	for rows.Next() {
+		var v int
+		require.NoError(t, rows.Scan(&v))
+		out = append(out, v)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// TestMigrate_From001: a queue file created at schema 001 (by the 001 SQL
+// itself, as a client of that version left it) is migrated to 002 by Open
+// without losing or changing any intent, attempt or host; a lease taken
+// by a 001 client (no holder named) is left to run out; the file then
+// works as any other, and opening it again applies nothing twice.
+func TestMigrate_From001(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	path := filepath.Join(t.TempDir(), "queue.db")
+	db := rawDB(t, path)
+	script, err := schemaFS.ReadFile("schema/001_create_queue.sql")
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, string(script))
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, migrationsTable)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `INSERT INTO idemkit_client_migrations (version, applied_at) VALUES (1, ?)`, formatTime(time.Now()))
+	require.NoError(t, err)
+
+	now := time.Now()
+	past, leaseEnd := formatTime(now.Add(-time.Hour)), formatTime(now.Add(10*time.Minute))
+	horizon := formatTime(now.Add(23 * time.Hour))
+	intents := []struct {
+		id, state, next string
+		attempts, token int
+		status          any
+	}{
+		{"new", "pending", past, 0, 0, nil},
+		{"leased", "pending", leaseEnd, 1, 1, nil}, // in flight in a 001 client
+		{"later", "pending", formatTime(now.Add(time.Hour)), 2, 2, nil},
+		{"paid", "succeeded", past, 2, 2, 201},
+		{"refused", "failed", past, 1, 1, 402},
+		{"unknown", "expired", past, 9, 3, nil},
+		{"dropped", "canceled", past, 0, 0, nil},
+	}
+	for _, in := range intents {
+		var first, hz any
+		if in.attempts > 0 {
+			first, hz = past, horizon
+		}
+		var hdr, body, replayed any
+		if in.status != nil {
+			hdr, body, replayed = []byte(`{"Content-Type":["application/json"]}`), []byte(`{"id":"pay_1"}`), 1
+		}
+		_, err := db.ExecContext(ctx, `INSERT INTO idemkit_intents (id, key, state, method, url, host, header, body, fingerprint,
+			attempts, next_attempt_at, first_attempt_at, horizon, lease_token, outcome_status, outcome_header, outcome_body,
+			outcome_replayed, last_error, created_at, updated_at)
+			VALUES (?, ?, ?, 'POST', 'http://127.0.0.1:1/charges', 'http://127.0.0.1:1', X'7B7D', X'7B7D', X'00',
+			?, ?, ?, ?, ?, ?, ?, ?, ?, 'status 503', ?, ?)`,
+			in.id, "key-"+in.id, in.state, in.attempts, in.next, first, hz, in.token, in.status, hdr, body, replayed, past, past)
+		require.NoError(t, err)
+		for n := 1; n <= in.attempts; n++ {
+			_, err := db.ExecContext(ctx, `INSERT INTO idemkit_attempts (intent_id, n, token, started_at, finished_at, status, error, replayed)
+				VALUES (?, ?, ?, ?, ?, 503, 'status 503', 0)`, in.id, n, in.token, past, past)
+			require.NoError(t, err)
+		}
+	}
+	_, err = db.ExecContext(ctx, `INSERT INTO idemkit_hosts (host, window_seconds, updated_at) VALUES ('http://127.0.0.1:1', 3600, ?)`, past)
+	require.NoError(t, err)
+
+	before := map[string][][]any{}
+	columns := map[string][]string{}
+	for _, table := range []string{"idemkit_intents", "idemkit_attempts", "idemkit_hosts"} {
+		before[table], columns[table] = snapshot(t, db, table, nil)
+		require.NotEmpty(t, before[table], table)
+	}
+	require.Len(t, before["idemkit_intents"], len(intents))
+
+	c, err := Open(ctx, path, testConfig())
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 2}, migrationVersions(t, db))
+	for table, rows := range before {
+		after, _ := snapshot(t, db, table, columns[table])
+		require.Equal(t, rows, after, "%s is unchanged by the migration", table)
+	}
+	var owners int
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT COUNT(*) FROM idemkit_intents WHERE lease_owner IS NOT NULL`).Scan(&owners))
+	require.Zero(t, owners, "no holder is known for leases taken before 002")
+	all, err := c.List(ctx, &ListOptions{Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, all, len(intents), "every intent decodes")
+	paid, err := c.Get(ctx, "paid")
+	require.NoError(t, err)
+	require.Equal(t, StateSucceeded, paid.State)
+	require.Equal(t, 201, paid.Outcome.Status)
+	require.True(t, paid.Outcome.Replayed)
+
+	// The 001 client's lease names no holder: it runs out as before.
+	c.takeOver(ctx, "")
+	c.takeOver(ctx, "leased")
+	leased, err := c.Get(ctx, "leased")
+	require.NoError(t, err)
+	require.Equal(t, leaseEnd, formatTime(leased.NextAttemptAt))
+	require.NoError(t, c.Close())
+
+	// Opened again: nothing is applied twice, and the queue works.
+	var mu sync.Mutex
+	var got []string
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("Idempotency-Key"))
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	c2 := (&testBundle{path: path}).reopen(t, testConfig())
+	require.Equal(t, []int{1, 2}, migrationVersions(t, db))
+	in, err := c2.Do(ctx, &Request{URL: srv.URL + "/new-charge", Key: "after-migration"})
+	require.NoError(t, err)
+	require.Equal(t, StateSucceeded, in.State)
+	mu.Lock()
+	require.Equal(t, []string{"after-migration"}, got)
+	mu.Unlock()
+}
+
+// TestQueue_LeaseOwnerLifecycle: every claim and attempt names this
+// process as the holder; an in-process sleep keeps it; a release, a
+// persisted wait, an end and a cancel clear it; a claim that moves the
+// token without naming a holder (a client from before 002) clears it too.
+func TestQueue_LeaseOwnerLifecycle(t *testing.T) {
+	t.Parallel()
+	var b *testBundle
+	type seen struct {
+		owner *string
+		err   error
+	}
+	var mu sync.Mutex
+	var seenOwners []seen
+	var status = []int{http.StatusServiceUnavailable, http.StatusOK}
+	b = setup(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		db := rawDB(t, b.path)
+		var s seen
+		s.err = db.QueryRow(`SELECT lease_owner FROM idemkit_intents WHERE key = ?`, r.Header.Get("Idempotency-Key")).Scan(&s.owner)
+		mu.Lock()
+		code := status[min(len(seenOwners), len(status)-1)]
+		seenOwners = append(seenOwners, s)
+		mu.Unlock()
+		if r.URL.Path == "/later" {
+			w.Header().Set("Retry-After", "3600")
+			code = http.StatusTooManyRequests
+		}
+		w.WriteHeader(code)
+	}))
+	ctx := testCtx(t)
+	db := rawDB(t, b.path)
+	ownerOf := func(id string) *string {
+		var o *string
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT lease_owner FROM idemkit_intents WHERE id = ?`, id).Scan(&o))
+		return o
+	}
+
+	// Held through the first attempt, the in-process sleep and the retry;
+	// cleared at the end.
+	in, err := b.c.Do(ctx, &Request{URL: b.srv.URL + "/now"})
+	require.NoError(t, err)
+	mu.Lock()
+	require.Len(t, seenOwners, 2)
+	for i, s := range seenOwners {
+		require.NoError(t, s.err)
+		require.NotNil(t, s.owner, "attempt %d names its holder", i+1)
+		require.Equal(t, b.c.q.owner, *s.owner)
+	}
+	mu.Unlock()
+	require.Nil(t, ownerOf(in.ID), "cleared when the intent ended")
+
+	// A persisted wait (Retry-After: 1h) releases the lease.
+	later, err := b.c.Submit(ctx, &Request{URL: b.srv.URL + "/later"})
+	require.NoError(t, err)
+	cl, err := b.c.q.claim(ctx, later.ID, time.Now(), time.Minute, b.c.plan(time.Now()))
+	require.NoError(t, err)
+	require.NotNil(t, cl)
+	require.Equal(t, b.c.q.owner, *ownerOf(later.ID))
+	got, err := b.c.drive(ctx, cl)
+	require.NoError(t, err)
+	require.True(t, got.NextAttemptAt.After(time.Now().Add(30*time.Minute)))
+	require.Nil(t, ownerOf(later.ID), "a persisted wait holds no lease")
+
+	// A canceled lease names no holder.
+	cancelMe, err := b.c.Submit(ctx, &Request{URL: b.srv.URL + "/never"})
+	require.NoError(t, err)
+	cl, err = b.c.q.claim(ctx, cancelMe.ID, time.Now(), time.Minute, b.c.plan(time.Now()))
+	require.NoError(t, err)
+	require.NotNil(t, cl)
+	require.NoError(t, b.c.Cancel(ctx, cancelMe.ID))
+	require.Nil(t, ownerOf(cancelMe.ID))
+
+	// A released lease (the caller's context ended) names no holder.
+	rel, err := b.c.Submit(ctx, &Request{URL: b.srv.URL + "/released"})
+	require.NoError(t, err)
+	cl, err = b.c.q.claim(ctx, rel.ID, time.Now(), time.Minute, b.c.plan(time.Now()))
+	require.NoError(t, err)
+	require.NoError(t, b.c.q.reschedule(ctx, rel.ID, cl.token, time.Now(), time.Now(), time.Time{}, nil, "released", false))
+	require.Nil(t, ownerOf(rel.ID))
+
+	// A 001 client's claim (token moved, holder not named) clears the name
+	// of the previous holder, who no longer holds the lease; a claim that
+	// names its holder keeps it.
+	cl, err = b.c.q.claim(ctx, rel.ID, time.Now(), time.Minute, b.c.plan(time.Now()))
+	require.NoError(t, err)
+	require.NotNil(t, cl)
+	require.Equal(t, b.c.q.owner, *ownerOf(rel.ID), "a claim after a release names its holder")
+	_, err = db.ExecContext(ctx, `UPDATE idemkit_intents SET lease_token = lease_token + 1, attempts = attempts + 1, next_attempt_at = ? WHERE id = ?`,
+		formatTime(time.Now().Add(time.Minute)), rel.ID)
+	require.NoError(t, err)
+	require.Nil(t, ownerOf(rel.ID), "the 001 client's lease names no holder")
+	_, err = db.ExecContext(ctx, `UPDATE idemkit_intents SET lease_token = lease_token + 1, lease_owner = 'h/1/1' WHERE id = ?`, rel.ID)
+	require.NoError(t, err)
+	require.Equal(t, "h/1/1", *ownerOf(rel.ID))
+	_, err = db.ExecContext(ctx, `UPDATE idemkit_intents SET lease_token = lease_token + 1, lease_owner = 'h/2/1' WHERE id = ?`, rel.ID)
+	require.NoError(t, err)
+	require.Equal(t, "h/2/1", *ownerOf(rel.ID), "a takeover by another holder names it")
+}
