@@ -616,7 +616,9 @@ func result(in *Intent) error {
 	case StateCanceled:
 		return &ResultError{Intent: in, Err: ErrCanceled}
 	}
-	if in.Outcome != nil && in.Outcome.Status == http.StatusUnprocessableEntity {
+	// A replayed 422 is the handler's own answer stored under this key (the
+	// request matched), not the server refusing a reused key.
+	if in.Outcome != nil && in.Outcome.Status == http.StatusUnprocessableEntity && !in.Outcome.Replayed {
 		return &ResultError{Intent: in, Err: ErrKeyReused}
 	}
 	return &ResultError{Intent: in, Err: ErrFailed}
@@ -632,6 +634,9 @@ func (c *Client) Get(ctx context.Context, id string) (*Intent, error) {
 
 // List returns intents matching opts (nil lists the first 100): pending
 // ones in due order, terminal ones by last update, all of them by creation.
+// Rows that cannot be decoded are left out and reported: List then returns
+// the others together with an error wrapping ErrQueueCorrupt for each
+// damaged row (naming its intent id).
 func (c *Client) List(ctx context.Context, opts *ListOptions) ([]*Intent, error) {
 	if c.closed() {
 		return nil, ErrClosed

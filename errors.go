@@ -10,7 +10,9 @@ import (
 // sentinels and carries the [Intent].
 var (
 	// ErrKeyReused means the server answered 422: the key was used before
-	// with a different request. The intent ends [StateFailed]. Submit also
+	// with a different request. The intent ends [StateFailed]. (A 422 the
+	// server replays with Idempotent-Replayed: true is the handler's own
+	// stored answer to this request: ErrFailed.) Submit also
 	// returns it, without sending anything, when a caller-supplied key is
 	// already in the queue with a different request.
 	//

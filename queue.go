@@ -648,6 +648,7 @@ func (q *queue) list(ctx context.Context, o *ListOptions) ([]*Intent, error) {
 	}
 	defer rows.Close()
 	var out []*Intent
+	var damaged []error
 	for rows.Next() {
 		r, err := scanRow(rows)
 		if err != nil {
@@ -655,11 +656,17 @@ func (q *queue) list(ctx context.Context, o *ListOptions) ([]*Intent, error) {
 		}
 		in, err := decodeIntent(r)
 		if err != nil {
-			return nil, err
+			// One damaged row must not hide the others: list them and
+			// report it (claim quarantines such a row; Get reports it).
+			damaged = append(damaged, err)
+			continue
 		}
 		out = append(out, in)
 	}
-	return out, interpretError(rows.Err())
+	if err := rows.Err(); err != nil {
+		return nil, interpretError(err)
+	}
+	return out, errors.Join(damaged...)
 }
 
 func (q *queue) attempts(ctx context.Context, id string) ([]*Attempt, error) {

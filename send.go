@@ -47,6 +47,7 @@ type drive struct {
 	next     time.Time
 	wait     time.Duration
 	attempt  *attemptResult // the last attempt, to be logged
+	logged   int            // the number of the attempt last logged, 0 if none
 	lastErr  string
 	hookFail error
 }
@@ -369,12 +370,18 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 	if doErr != nil {
 		msg = redactErr(doErr)
 	}
+	a := &attemptResult{n: d.n, errText: msg}
+	if d.logged == d.n {
+		// Stopped during the wait after attempt n, which is logged already
+		// (with its status): no attempt of its own to log.
+		a = nil
+	}
 	if ctx.Err() != nil {
-		_ = c.q.reschedule(wctx, in.ID, d.token, now, now, d.horizon, &attemptResult{n: d.n, errText: msg}, msg, false)
+		_ = c.q.reschedule(wctx, in.ID, d.token, now, now, d.horizon, a, msg, false)
 		return nil, ctx.Err()
 	}
 	next := now.Add(c.cfg.Backoff(BackoffBaseDefault, BackoffCapDefault, d.retries, nil))
-	err = c.q.reschedule(wctx, in.ID, d.token, now, next, d.horizon, &attemptResult{n: d.n, errText: msg}, msg, false)
+	err = c.q.reschedule(wctx, in.ID, d.token, now, next, d.horizon, a, msg, false)
 	return c.after(wctx, in.ID, err)
 }
 
@@ -496,7 +503,7 @@ func (d *drive) checkRetry(ctx context.Context, resp *http.Response, err error) 
 		}
 		return false, werr
 	}
-	d.attempt = nil
+	d.attempt, d.logged = nil, d.n
 	d.wait = next.Sub(now)
 	c.log.Debug("idemkit: retrying", "intent", d.in.ID, "attempt", d.n, "wait", d.wait, "reason", d.lastErr)
 	return true, nil

@@ -80,7 +80,10 @@
 // body passes the cap and the rest streams through; a replay sends the
 // status and headers, an empty body and Idempotent-Response-Omitted: true,
 // and never runs the handler. Set-Cookie, Authorization and hop-by-hop
-// headers are never stored.
+// headers are never stored. A handler that returns without writing anything
+// after its request's context ended (the client went away) produced no
+// outcome: nothing is stored, the claim is released (or rolled back), and
+// the retry runs the handler.
 //
 // # Observability
 //

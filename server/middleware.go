@@ -51,7 +51,8 @@ const (
 	// unprotected.
 	OutcomePassThrough Outcome = "pass_through"
 	// OutcomeCanceled: the request's context ended before the key was
-	// claimed (the client went away); nothing ran and nothing is held.
+	// claimed (the client went away), or the handler then returned without
+	// writing anything; nothing is stored and nothing is held.
 	OutcomeCanceled Outcome = "canceled"
 )
 
@@ -228,7 +229,11 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, fmt.Errorf("%w: Content-Length %d > %d", ErrBodyTooLarge, r.ContentLength, limit)
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	n := limit
+	if n < math.MaxInt64 {
+		n++ // one byte more than the limit tells a body over it
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, n))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -318,6 +323,14 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 		}
 		m.release(cleanup, r, scope, res.Token)
 		m.panicked(w, r, ev, pv)
+		return
+	}
+	if !rec.wrote() && ctx.Err() != nil {
+		// The handler gave up on a client that is gone and answered nothing:
+		// no outcome to store. Storing an empty 200 would replay success to
+		// the retry; free the key so that the retry runs the handler.
+		m.release(cleanup, r, scope, res.Token)
+		m.canceledInHandler(w, r, ev, ctx.Err())
 		return
 	}
 	status, _ := rec.result()
@@ -420,6 +433,14 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 		m.panicked(w, r, ev, pv)
 		return
 	}
+	if !rec.wrote() && ctx.Err() != nil {
+		// As in lease mode: nothing answered to a gone client is no outcome;
+		// roll back so that the retry runs the handler.
+		_ = tx.Rollback(cleanup)
+		m.metrics.releases.Inc()
+		m.canceledInHandler(w, r, ev, ctx.Err())
+		return
+	}
 	status, _ := rec.result()
 	if status >= 500 {
 		_ = tx.Rollback(cleanup)
@@ -484,6 +505,17 @@ func (m *Middleware) panicked(w http.ResponseWriter, r *http.Request, ev *Event,
 	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idemkit: handler panicked; claim released",
 		scopeAttrs(ev.Scope, slog.Any("panic", pv))...)
 	writeProblem(w, http.StatusInternalServerError, ProblemHandlerPanic, "The server failed while handling the request; nothing was stored. Retry with the same Idempotency-Key.", 0)
+}
+
+// canceledInHandler answers a request whose handler returned without
+// writing anything after the request's context ended; the claim has been
+// released or rolled back.
+func (m *Middleware) canceledInHandler(w http.ResponseWriter, r *http.Request, ev *Event, err error) {
+	ev.Outcome, ev.Status, ev.Err = OutcomeCanceled, http.StatusServiceUnavailable, err
+	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelDebug, "idemkit: handler answered nothing to a canceled request; claim released",
+		scopeAttrs(ev.Scope, slog.Any("error", err))...)
+	writeProblem(w, http.StatusServiceUnavailable, ProblemCanceled,
+		"The request was canceled before it was processed; nothing was applied. Retry with the same Idempotency-Key.", 1)
 }
 
 // answerExisting answers a request whose claim found a live record.

@@ -218,7 +218,6 @@ WHERE principal = $2 AND endpoint = $3 AND key = $4 AND token = $5 AND state = '
     count(*) FILTER (WHERE expires_at > $1 AND state = 'in_progress'),
     min(created_at) FILTER (WHERE expires_at > $1)
 FROM idempotency_keys`
-
 )
 
 // pgTime is t as PostgreSQL keeps it: microseconds, UTC.

@@ -56,9 +56,6 @@ func (rec *recorder) Write(p []byte) (int, error) {
 	if rec.streaming {
 		return rec.w.Write(p)
 	}
-	if rec.body.Len() == 0 && len(p) > 0 {
-		rec.sniff(p) // decided at the first write, as net/http does
-	}
 	rec.body.Write(p)
 	if !rec.overflowed && rec.body.Len() > rec.limit {
 		rec.overflowed = true
@@ -70,13 +67,16 @@ func (rec *recorder) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// sniff sets Content-Type from the first bytes of the body when the handler
-// set none, like net/http does, so that the stored header has it too.
+// sniff sets Content-Type from the first 512 bytes of the buffered body when
+// the handler set none, like net/http does with the first bytes it buffered
+// (not the first Write), so that the stored header has it too. Like
+// net/http, it does not sniff an encoded body (Content-Encoding set) or a
+// status that has no body.
 func (rec *recorder) sniff(p []byte) {
 	if _, ok := rec.sent["Content-Type"]; ok {
 		return
 	}
-	if rec.sent.Get("Transfer-Encoding") != "" {
+	if rec.sent.Get("Transfer-Encoding") != "" || rec.sent.Get("Content-Encoding") != "" || !bodyAllowed(rec.status) {
 		return
 	}
 	if len(p) > 512 {
@@ -106,11 +106,17 @@ func (rec *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // (deadlines, full duplex).
 func (rec *recorder) Unwrap() http.ResponseWriter { return rec.w }
 
+// wrote reports whether the handler wrote a status or any of the body.
+func (rec *recorder) wrote() bool { return rec.status != 0 }
+
 // result returns the status and header the handler answered with. A handler
 // that wrote nothing answered 200.
 func (rec *recorder) result() (int, http.Header) {
 	if rec.status == 0 {
 		return http.StatusOK, rec.header
+	}
+	if rec.body.Len() > 0 {
+		rec.sniff(rec.body.Bytes()) // a no-op once Content-Type is set
 	}
 	return rec.status, rec.sent
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -105,9 +106,13 @@ func newLsCmd() *cobra.Command {
 			}
 			defer c.Close()
 			list, err := c.List(cmd.Context(), &idemkit.ListOptions{State: idemkit.IntentState(state), Limit: limit})
-			if err != nil {
+			if err != nil && !errors.Is(err, idemkit.ErrQueueCorrupt) {
 				return err
 			}
+			// Damaged rows (err wraps ErrQueueCorrupt for each) do not hide the
+			// good ones: those are listed, the damage is reported on stderr and
+			// the exit status is non-zero.
+			listErr := err
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				for _, in := range list {
@@ -115,9 +120,12 @@ func newLsCmd() *cobra.Command {
 						return err
 					}
 				}
-				return nil
+				return listErr
 			}
-			return printTable(cmd.OutOrStdout(), list)
+			if err := printTable(cmd.OutOrStdout(), list); err != nil {
+				return err
+			}
+			return listErr
 		},
 	}
 	cmd.Flags().StringVar(&queue, "queue", "", "queue file (required)")

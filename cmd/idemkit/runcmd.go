@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -25,14 +26,19 @@ func newRunCmd() *cobra.Command {
 		Use:   "run --queue FILE [--until-done] [--concurrency N] [-H 'Authorization: Bearer x']...",
 		Short: "Send due intents until SIGINT/SIGTERM, or with --until-done until none is pending",
 		Long: `run sends due intents, retrying each with its own key, until SIGINT or SIGTERM.
-With --until-done it exits once no intent is pending: status 0, or 3 if an intent ended failed
-or expired during the run. Progress goes to stderr. Headers given with -H are added to every
-request at send time and never stored (use them for credentials).`,
+With --until-done it exits once no intent is pending: status 0, or 3 if any intent in the
+queue is failed or expired (inspect them with 'idemkit ls'), or 1 if a pending intent's row is
+damaged (it is never sent). Progress goes to stderr. Headers given with -H are added to every
+request at send time and never stored (use them for credentials); -H Idempotency-Key is refused.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			h, err := parseHeaders(headers)
 			if err != nil {
 				return err
+			}
+			if _, ok := h["Idempotency-Key"]; ok {
+				// Added to every request, it would replace each intent's own key.
+				return usageError{fmt.Errorf("-H Idempotency-Key: every intent has its own key (give it to 'idemkit submit --key')")}
 			}
 			cfg := &idemkit.Config{Concurrency: concurrency, SendHookFunc: func(r *http.Request) error {
 				for k, v := range h {
@@ -62,7 +68,12 @@ request at send time and never stored (use them for credentials).`,
 func runUntilDone(cmd *cobra.Command, c *idemkit.Client) error {
 	ctx := cmd.Context()
 	stderr := cmd.ErrOrStderr()
-	start := time.Now()
+	// Pending rows that cannot be decoded are never sent (a claim sets them
+	// aside): they must not keep run waiting forever.
+	damaged, damageErr := damagedPending(ctx, c)
+	if damageErr != nil && damaged == 0 {
+		return damageErr
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
@@ -84,7 +95,7 @@ func runUntilDone(cmd *cobra.Command, c *idemkit.Client) error {
 			fmt.Fprintln(stderr, "idemkit:", line)
 			last = line
 		}
-		if counts[idemkit.StatePending] == 0 {
+		if counts[idemkit.StatePending] <= damaged {
 			break
 		}
 		select {
@@ -99,19 +110,45 @@ func runUntilDone(cmd *cobra.Command, c *idemkit.Client) error {
 	if err := <-done; err != nil {
 		return err
 	}
-	var bad int
+	// Every intent in the queue counts, not only those that ended during
+	// this run: exit 0 means that none is failed or expired.
+	counts, err := c.Counts(ctx)
+	if err != nil {
+		return err
+	}
+	bad := counts[idemkit.StateFailed] + counts[idemkit.StateExpired]
 	for _, s := range []idemkit.IntentState{idemkit.StateFailed, idemkit.StateExpired} {
-		ended, err := c.List(ctx, &idemkit.ListOptions{State: s, UpdatedSince: start, Limit: 1_000_000})
-		if err != nil {
-			return err
-		}
+		ended, err := c.List(ctx, &idemkit.ListOptions{State: s, Limit: 1_000_000})
 		for _, in := range ended {
 			fmt.Fprintf(stderr, "idemkit: %s %s: %s\n", in.ID, in.State, in.LastError)
 		}
-		bad += len(ended)
+		if err != nil {
+			return err
+		}
+	}
+	if damageErr != nil {
+		return fmt.Errorf("%d pending intent(s) cannot be sent: %w", damaged, damageErr)
 	}
 	if bad > 0 {
 		return &statusError{code: exitOutcome, err: fmt.Errorf("%d intent(s) ended failed or expired", bad)}
 	}
 	return nil
+}
+
+// damagedPending returns how many pending intents cannot be decoded and
+// the error that reports them; with 0, a non-nil error is a failure to
+// look.
+func damagedPending(ctx context.Context, c *idemkit.Client) (int, error) {
+	counts, err := c.Counts(ctx)
+	if err != nil || counts[idemkit.StatePending] == 0 {
+		return 0, err
+	}
+	_, err = c.List(ctx, &idemkit.ListOptions{State: idemkit.StatePending, Limit: counts[idemkit.StatePending]})
+	if err == nil || !errors.Is(err, idemkit.ErrQueueCorrupt) {
+		return 0, err
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return len(j.Unwrap()), err
+	}
+	return 1, err
 }
