@@ -181,10 +181,15 @@ func parseWindow(h http.Header) (time.Duration, bool) {
 // when the next attempt may start, or ok false when no attempt may start
 // before the horizon. A wait that would end past the horizon is cut short
 // so that one last attempt starts lead before the horizon.
+// minServerWait is the shortest wait a Retry-After can ask for.
+const minServerWait = 100 * time.Millisecond
+
 func schedule(now, horizon time.Time, backoff, serverWait time.Duration, hasServerWait bool, lead time.Duration) (time.Time, bool) {
 	wait := backoff
 	if hasServerWait {
-		wait = serverWait
+		// A Retry-After replaces the backoff, but "0" (or a date already
+		// past) must not turn into a hot loop until the horizon.
+		wait = max(serverWait, minServerWait)
 	}
 	if wait < 0 {
 		wait = 0

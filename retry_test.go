@@ -154,7 +154,7 @@ func TestSchedule(t *testing.T) {
 	}{
 		{"backoff", now, 2 * time.Second, 0, false, now.Add(2 * time.Second), true},
 		{"server wait wins", now, 2 * time.Second, 10 * time.Second, true, now.Add(10 * time.Second), true},
-		{"server says now", now, 2 * time.Second, 0, true, now, true},
+		{"server says now: a floor, not a hot loop", now, 2 * time.Second, 0, true, now.Add(minServerWait), true},
 		{"a year is clamped to the horizon", now, 0, 365 * 24 * time.Hour, true, horizon.Add(-lead), true},
 		{"exactly at the horizon", now, time.Hour, 0, false, horizon, true},
 		{"past the horizon", horizon.Add(time.Millisecond), time.Millisecond, 0, false, time.Time{}, false},
