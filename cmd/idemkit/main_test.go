@@ -265,7 +265,7 @@ func TestCLI_RunStopsOnSignal(t *testing.T) {
 func TestCLI_Binary(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
-		t.Skip("builds the binary")
+		t.Skip("-short: skips building the binary")
 	}
 	a := newAPI(t)
 	bin := filepath.Join(t.TempDir(), "idemkit")
