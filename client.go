@@ -442,6 +442,24 @@ func (c *Client) commitLoop() {
 	}
 }
 
+// newIntent validates req for the queue and mints the intent's id, which is
+// also its key unless the caller supplied one. The key is minted here, once,
+// and never again for this intent.
+func (c *Client) newIntent(req *Request) (*prepared, string, error) {
+	if c.closed() {
+		return nil, "", ErrClosed
+	}
+	p, err := prepare(req, c.cfg.CredentialHeaders)
+	if err != nil {
+		return nil, "", err
+	}
+	id := uuid.NewString()
+	if p.key == "" {
+		p.key = id
+	}
+	return p, id, nil
+}
+
 // Submit validates req, mints its key (unless req.Key or an Idempotency-Key
 // header gives one) and writes the intent to the queue. When Submit
 // returns, the intent is on disk (fsynced); nothing has been sent. Concurrent
@@ -453,16 +471,9 @@ func (c *Client) commitLoop() {
 // bounds the wait for a batch to start; once its batch has started, Submit
 // reports that batch's result.
 func (c *Client) Submit(ctx context.Context, req *Request) (*Intent, error) {
-	if c.closed() {
-		return nil, ErrClosed
-	}
-	p, err := prepare(req, c.cfg.CredentialHeaders)
+	p, id, err := c.newIntent(req)
 	if err != nil {
 		return nil, err
-	}
-	id := uuid.NewString()
-	if p.key == "" {
-		p.key = id
 	}
 	op := &submitOp{ctx: ctx, p: p, id: id, now: c.now(), done: make(chan submitResult, 1)}
 	c.q.waiting.Add(1)
@@ -492,16 +503,9 @@ func (c *Client) Submit(ctx context.Context, req *Request) (*Intent, error) {
 // commits or rolls back with the caller's own writes). Credential headers of
 // req are dropped: supply them with Config.SendHookFunc.
 func (c *Client) SubmitTx(ctx context.Context, tx *sql.Tx, req *Request) (*Intent, error) {
-	if c.closed() {
-		return nil, ErrClosed
-	}
-	p, err := prepare(req, c.cfg.CredentialHeaders)
+	p, id, err := c.newIntent(req)
 	if err != nil {
 		return nil, err
-	}
-	id := uuid.NewString()
-	if p.key == "" {
-		p.key = id
 	}
 	in, err := insertOne(ctx, tx, nil, p, id, c.now())
 	return in, interpretError(err)
@@ -536,16 +540,9 @@ func (c *Client) changedCh() <-chan struct{} {
 // otherwise. If ctx ends first, Do returns ctx's error and the intent, which
 // stays pending in the queue: a Run worker, or Wait, finishes it later.
 func (c *Client) Do(ctx context.Context, req *Request) (*Intent, error) {
-	if c.closed() {
-		return nil, ErrClosed
-	}
-	p, err := prepare(req, c.cfg.CredentialHeaders)
+	p, id, err := c.newIntent(req)
 	if err != nil {
 		return nil, err
-	}
-	id := uuid.NewString()
-	if p.key == "" {
-		p.key = id
 	}
 	// Insert and claim in one transaction: the row (with its first attempt
 	// recorded) is on disk before the first byte, with one fsync.
