@@ -11,6 +11,7 @@ require (
 	github.com/spf13/cobra v1.10.2
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
+	maragu.dev/goqite v0.4.0
 	modernc.org/sqlite v1.62.0
 )
 

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bufio"
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// reportVersion is the version of the JSON report's shape.
+const reportVersion = 1
+
+// report is the JSON output of a run that passed every check.
+type report struct {
+	Version  int          `json:"version"`
+	Started  time.Time    `json:"started"`
+	Finished time.Time    `json:"finished"`
+	Machine  machine      `json:"machine"`
+	Settings settings     `json:"settings"`
+	Checks   []string     `json:"checks"` // the checks every cell passed
+	Cells    []cell       `json:"cells"`
+	Summary  []summary    `json:"summary"`
+	Sweep    *sweepResult `json:"sweep,omitempty"`
+}
+
+type machine struct {
+	NProc     int    `json:"nproc"`
+	CPUModel  string `json:"cpu_model"`
+	GoVersion string `json:"go_version"`
+	OS        string `json:"os"`
+	Arch      string `json:"arch"`
+	Postgres  string `json:"postgres,omitempty"`
+}
+
+type settings struct {
+	Rounds          int      `json:"rounds"`
+	CellSeconds     float64  `json:"cell_seconds"`
+	MaxOpsPerCell   int64    `json:"max_ops_per_cell"`
+	Clients         []int    `json:"clients"`
+	PostgresPool    int      `json:"postgres_pool"`
+	Sections        []string `json:"sections"`
+	SweepRows       int      `json:"sweep_rows,omitempty"`
+	SweepClients    int      `json:"sweep_clients,omitempty"`
+	ClientDirectory string   `json:"client_directory,omitempty"`
+	Enqueuers       []string `json:"enqueuers,omitempty"`
+}
+
+// cell is one mode measured once: one round, one scenario, one client count.
+type cell struct {
+	Section   string  `json:"section"`  // server, client, sweep
+	Scenario  string  `json:"scenario"` // new-key, replay, enqueue, claim
+	Mode      string  `json:"mode"`
+	Clients   int     `json:"clients"`
+	Round     int     `json:"round"`
+	Order     int     `json:"order"` // position of the mode in its round
+	Ops       int64   `json:"ops"`   // successful operations
+	Errors    int64   `json:"errors"`
+	Seconds   float64 `json:"seconds"`
+	OpsPerSec float64 `json:"ops_per_sec"`
+	P50Micros float64 `json:"p50_us"`
+	P99Micros float64 `json:"p99_us"`
+	// CPU time per successful operation: of this process (server, load
+	// generator and, for the client section, SQLite) and of the whole host
+	// (PostgreSQL and anything else running included). -1: unavailable.
+	CPUMicrosPerOpProcess float64 `json:"cpu_us_per_op_process"`
+	CPUMicrosPerOpHost    float64 `json:"cpu_us_per_op_host"`
+	// Ratio is OpsPerSec over the baseline's in the same round, scenario
+	// and client count (0 where there is no baseline: the sweep).
+	Ratio float64 `json:"ratio_to_baseline"`
+}
+
+// summary is the median over rounds of one mode at one client count.
+type summary struct {
+	Section               string  `json:"section"`
+	Scenario              string  `json:"scenario"`
+	Mode                  string  `json:"mode"`
+	Clients               int     `json:"clients"`
+	Rounds                int     `json:"rounds"`
+	OpsPerSec             float64 `json:"ops_per_sec"`
+	P50Micros             float64 `json:"p50_us"`
+	P99Micros             float64 `json:"p99_us"`
+	CPUMicrosPerOpProcess float64 `json:"cpu_us_per_op_process"`
+	CPUMicrosPerOpHost    float64 `json:"cpu_us_per_op_host"`
+	Ratio                 float64 `json:"ratio_to_baseline"` // median of the per-round ratios
+}
+
+type sweepResult struct {
+	ExpiredRows      int     `json:"expired_rows"`
+	Deleted          int     `json:"deleted"`
+	SweepSeconds     float64 `json:"sweep_seconds"`
+	Clients          int     `json:"clients"`
+	P99MicrosWithout float64 `json:"claim_p99_us_without_sweep"`
+	P99MicrosDuring  float64 `json:"claim_p99_us_during_sweep"`
+	P99Ratio         float64 `json:"p99_ratio"`
+}
+
+func newReport(cfg config) *report {
+	r := &report{
+		Version: reportVersion,
+		Started: time.Now().UTC(),
+		Machine: machine{NProc: runtime.NumCPU(), CPUModel: cpuModel(), GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH},
+		Settings: settings{
+			Rounds: cfg.Rounds, CellSeconds: cfg.Duration.Seconds(), MaxOpsPerCell: cfg.MaxOps,
+			Clients: cfg.Clients, PostgresPool: cfg.Pool,
+		},
+	}
+	if cfg.Server {
+		r.Settings.Sections = append(r.Settings.Sections, "server")
+		r.Checks = append(r.Checks, checkNoErrors, checkOneEffect, checkReplayIdentical)
+	}
+	if cfg.Sweep {
+		r.Settings.Sections = append(r.Settings.Sections, "sweep")
+		r.Settings.SweepRows, r.Settings.SweepClients = cfg.SweepRows, cfg.SweepCalls
+		r.Checks = append(r.Checks, checkNoErrors, checkSweepDeleted)
+	}
+	if cfg.Client {
+		r.Settings.Sections = append(r.Settings.Sections, "client")
+		r.Settings.ClientDirectory = cfg.Dir
+		for _, e := range cfg.enqueuers {
+			r.Settings.Enqueuers = append(r.Settings.Enqueuers, e.name)
+		}
+		r.Checks = append(r.Checks, checkNoErrors, checkOneRow)
+	}
+	slices.Sort(r.Checks)
+	r.Checks = slices.Compact(r.Checks)
+	return r
+}
+
+// The checks a reported run passed.
+const (
+	checkNoErrors        = "no errors: every operation succeeded (201, or a queued row)"
+	checkOneEffect       = "one effect row per fresh 201, none per replay"
+	checkReplayIdentical = "every replay carries Idempotent-Replayed: true and the first response's body, byte for byte"
+	checkOneRow          = "each queue file holds one row per successful call"
+	checkSweepDeleted    = "the sweep deleted exactly the seeded expired rows; every claim acquired its fresh key"
+)
+
+// cpuModel is the first "model name" of /proc/cpuinfo, or "".
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+func (r *report) add(c cell) { r.Cells = append(r.Cells, c) }
+
+// baselineOf names the mode each section's ratios are taken against.
+var baselineOf = map[string]string{"server": baselineMode, "client": clientBaseline}
+
+type groupKey struct {
+	section, scenario string
+	clients, round    int
+}
+
+// finish sets the ratios (new-key baseline for modes with no replay cell
+// of their own is the new-key cell) and the per-mode medians.
+func (r *report) finish() {
+	r.Finished = time.Now().UTC()
+	base := map[groupKey]float64{}
+	for _, c := range r.Cells {
+		if b, ok := baselineOf[c.Section]; ok && c.Mode == b {
+			base[groupKey{c.Section, c.Scenario, c.Clients, c.Round}] = c.OpsPerSec
+		}
+	}
+	for i, c := range r.Cells {
+		if b := base[groupKey{c.Section, c.Scenario, c.Clients, c.Round}]; b > 0 {
+			r.Cells[i].Ratio = c.OpsPerSec / b
+		}
+	}
+	type sumKey struct {
+		section, scenario, mode string
+		clients                 int
+	}
+	groups := map[sumKey][]cell{}
+	var keys []sumKey
+	for _, c := range r.Cells {
+		k := sumKey{c.Section, c.Scenario, c.Mode, c.Clients}
+		if _, ok := groups[k]; !ok {
+			keys = append(keys, k)
+		}
+		groups[k] = append(groups[k], c)
+	}
+	r.Summary = nil
+	for _, k := range keys {
+		cs := groups[k]
+		pick := func(f func(cell) float64) float64 {
+			v := make([]float64, len(cs))
+			for i, c := range cs {
+				v[i] = f(c)
+			}
+			return median(v)
+		}
+		r.Summary = append(r.Summary, summary{
+			Section: k.section, Scenario: k.scenario, Mode: k.mode, Clients: k.clients, Rounds: len(cs),
+			OpsPerSec:             pick(func(c cell) float64 { return c.OpsPerSec }),
+			P50Micros:             pick(func(c cell) float64 { return c.P50Micros }),
+			P99Micros:             pick(func(c cell) float64 { return c.P99Micros }),
+			CPUMicrosPerOpProcess: pick(func(c cell) float64 { return c.CPUMicrosPerOpProcess }),
+			CPUMicrosPerOpHost:    pick(func(c cell) float64 { return c.CPUMicrosPerOpHost }),
+			Ratio:                 pick(func(c cell) float64 { return c.Ratio }),
+		})
+	}
+	// Group by section and scenario, in the order they were run.
+	first := map[string]int{}
+	for i, c := range r.Cells {
+		if _, ok := first[c.Section+" "+c.Scenario]; !ok {
+			first[c.Section+" "+c.Scenario] = i
+		}
+	}
+	slices.SortStableFunc(r.Summary, func(a, b summary) int {
+		return cmp.Compare(first[a.Section+" "+a.Scenario], first[b.Section+" "+b.Scenario])
+	})
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+func (r *report) writeJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// writeTable prints the summary as Markdown tables, one per section and
+// scenario.
+func (r *report) writeTable(w io.Writer) {
+	fmt.Fprintf(w, "\n%d round(s) × %.1f s per cell; %d CPUs (%s), %s; medians over rounds; ratio = ops/s over the baseline's in the same round\n",
+		r.Settings.Rounds, r.Settings.CellSeconds, r.Machine.NProc, r.Machine.CPUModel, r.Machine.GoVersion)
+	if r.Machine.Postgres != "" {
+		fmt.Fprintf(w, "PostgreSQL %s, pool %d\n", r.Machine.Postgres, r.Settings.PostgresPool)
+	}
+	last := ""
+	for _, s := range r.Summary {
+		if g := s.Section + " " + s.Scenario; g != last {
+			last = g
+			fmt.Fprintf(w, "\n%s, %s (baseline: %s)\n\n", s.Section, s.Scenario, cmp.Or(baselineOf[s.Section], "none"))
+			fmt.Fprintln(w, "| mode | clients | ops/s | ratio | p50 | p99 | CPU µs/op process | CPU µs/op host |")
+			fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|")
+		}
+		ratio := "—"
+		if s.Ratio > 0 {
+			ratio = fmt.Sprintf("%.2f", s.Ratio)
+		}
+		fmt.Fprintf(w, "| %s | %d | %.0f | %s | %s | %s | %.0f | %.0f |\n", s.Mode, s.Clients, s.OpsPerSec, ratio,
+			micros(s.P50Micros), micros(s.P99Micros), s.CPUMicrosPerOpProcess, s.CPUMicrosPerOpHost)
+	}
+	if sw := r.Sweep; sw != nil {
+		fmt.Fprintf(w, "\nsweep: %d expired rows deleted in %.1f s; claim p99 at %d clients %s without, %s during (%.2f×)\n",
+			sw.Deleted, sw.SweepSeconds, sw.Clients, micros(sw.P99MicrosWithout), micros(sw.P99MicrosDuring), sw.P99Ratio)
+	}
+	fmt.Fprintf(w, "\nchecks passed: %s\n", strings.Join(r.Checks, "; "))
+}
+
+func micros(us float64) string {
+	return (time.Duration(us * float64(time.Microsecond))).Round(time.Microsecond).String()
+}
+
+func (c cell) progressLine() string {
+	return fmt.Sprintf("round %d  %-6s %-8s %-15s %3d clients: %8.0f ops/s  p50 %-9s p99 %-9s cpu/op %4.0fµs proc %4.0fµs host",
+		c.Round, c.Section, c.Scenario, c.Mode, c.Clients, c.OpsPerSec, micros(c.P50Micros), micros(c.P99Micros),
+		c.CPUMicrosPerOpProcess, c.CPUMicrosPerOpHost)
+}
