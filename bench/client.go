@@ -165,6 +165,9 @@ func clientCell(ctx context.Context, cfg config, e enqueuer, callers int, dir st
 // each cell on a fresh file in a fresh directory under cfg.Dir, the
 // enqueuers' order rotated each round.
 func runClient(ctx context.Context, cfg config, rep *report, progress io.Writer) error {
+	if fs := fsType(cfg.Dir); fs == "tmpfs" {
+		fmt.Fprintf(progress, "warning: %s is on tmpfs, where fsync costs nothing: the client figures will not mean what they say (use -dir on a disk)\n", cfg.Dir)
+	}
 	root, err := os.MkdirTemp(cfg.Dir, "idemkit-bench-client-")
 	if err != nil {
 		return err

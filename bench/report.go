@@ -36,6 +36,10 @@ type machine struct {
 	OS        string `json:"os"`
 	Arch      string `json:"arch"`
 	Postgres  string `json:"postgres,omitempty"`
+	// LoadAvg is /proc/loadavg when the run started and when it finished:
+	// a load well above nproc means the host was busy with something else.
+	LoadAvgStart  string `json:"loadavg_start,omitempty"`
+	LoadAvgFinish string `json:"loadavg_finish,omitempty"`
 }
 
 type settings struct {
@@ -48,6 +52,7 @@ type settings struct {
 	SweepRows       int      `json:"sweep_rows,omitempty"`
 	SweepClients    int      `json:"sweep_clients,omitempty"`
 	ClientDirectory string   `json:"client_directory,omitempty"`
+	ClientFS        string   `json:"client_filesystem,omitempty"` // "tmpfs" makes fsync free: not a valid client run
 	Enqueuers       []string `json:"enqueuers,omitempty"`
 }
 
@@ -92,6 +97,7 @@ type summary struct {
 
 type sweepResult struct {
 	ExpiredRows      int     `json:"expired_rows"`
+	SeedSeconds      float64 `json:"seed_seconds"`
 	Deleted          int     `json:"deleted"`
 	SweepSeconds     float64 `json:"sweep_seconds"`
 	Clients          int     `json:"clients"`
@@ -104,7 +110,10 @@ func newReport(cfg config) *report {
 	r := &report{
 		Version: reportVersion,
 		Started: time.Now().UTC(),
-		Machine: machine{NProc: runtime.NumCPU(), CPUModel: cpuModel(), GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH},
+		Machine: machine{
+			NProc: runtime.NumCPU(), CPUModel: cpuModel(), GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH,
+			LoadAvgStart: loadAvg(),
+		},
 		Settings: settings{
 			Rounds: cfg.Rounds, CellSeconds: cfg.Duration.Seconds(), MaxOpsPerCell: cfg.MaxOps,
 			Clients: cfg.Clients, PostgresPool: cfg.Pool,
@@ -122,6 +131,7 @@ func newReport(cfg config) *report {
 	if cfg.Client {
 		r.Settings.Sections = append(r.Settings.Sections, "client")
 		r.Settings.ClientDirectory = cfg.Dir
+		r.Settings.ClientFS = fsType(cfg.Dir)
 		for _, e := range cfg.enqueuers {
 			r.Settings.Enqueuers = append(r.Settings.Enqueuers, e.name)
 		}
@@ -136,7 +146,7 @@ func newReport(cfg config) *report {
 const (
 	checkNoErrors        = "no errors: every operation succeeded (201, or a queued row)"
 	checkOneEffect       = "one effect row per fresh 201, none per replay"
-	checkReplayIdentical = "every replay carries Idempotent-Replayed: true and the first response's body, byte for byte"
+	checkReplayIdentical = "every replay is a 201 with Idempotent-Replayed: true, the first response's Content-Type and its body byte for byte"
 	checkOneRow          = "each queue file holds one row per successful call"
 	checkSweepDeleted    = "the sweep deleted exactly the seeded expired rows; every claim acquired its fresh key"
 )
@@ -157,6 +167,16 @@ func cpuModel() string {
 	return ""
 }
 
+// loadAvg is the first three fields of /proc/loadavg, or "".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
+}
+
 func (r *report) add(c cell) { r.Cells = append(r.Cells, c) }
 
 // baselineOf names the mode each section's ratios are taken against.
@@ -171,6 +191,7 @@ type groupKey struct {
 // of their own is the new-key cell) and the per-mode medians.
 func (r *report) finish() {
 	r.Finished = time.Now().UTC()
+	r.Machine.LoadAvgFinish = loadAvg()
 	base := map[groupKey]float64{}
 	for _, c := range r.Cells {
 		if b, ok := baselineOf[c.Section]; ok && c.Mode == b {
@@ -251,6 +272,7 @@ func (r *report) writeJSON(path string) error {
 func (r *report) writeTable(w io.Writer) {
 	fmt.Fprintf(w, "\n%d round(s) × %.1f s per cell; %d CPUs (%s), %s; medians over rounds; ratio = ops/s over the baseline's in the same round\n",
 		r.Settings.Rounds, r.Settings.CellSeconds, r.Machine.NProc, r.Machine.CPUModel, r.Machine.GoVersion)
+	fmt.Fprintf(w, "load average %s at the start, %s at the end\n", r.Machine.LoadAvgStart, r.Machine.LoadAvgFinish)
 	if r.Machine.Postgres != "" {
 		fmt.Fprintf(w, "PostgreSQL %s, pool %d\n", r.Machine.Postgres, r.Settings.PostgresPool)
 	}

@@ -313,6 +313,7 @@ type replayPool struct {
 
 type replayKey struct {
 	account, key string
+	contentType  string
 	body         []byte
 }
 
@@ -375,12 +376,15 @@ func serverCell(ctx context.Context, cfg config, env *pgEnv, m serverMode, scena
 			if !bytes.Equal(body, k.body) {
 				return fmt.Errorf("%s replay of key %s: body %q differs from the first response %q", m.name, k.key, body, k.body)
 			}
+			if ct := resp.Header.Get("Content-Type"); ct != k.contentType {
+				return fmt.Errorf("%s replay of key %s: Content-Type %q differs from the first response's %q", m.name, k.key, ct, k.contentType)
+			}
 			return nil
 		}
 		if replayed {
 			return fmt.Errorf("%s: a fresh key %s was answered as a replay", m.name, k.key)
 		}
-		k.body = body
+		k.body, k.contentType = body, resp.Header.Get("Content-Type")
 		pool.add(k)
 		return nil
 	}

@@ -50,6 +50,7 @@ func runSweep(ctx context.Context, cfg config, env *pgEnv, rep *report, progress
 	if err := seedExpired(ctx, env, cfg.SweepRows, now); err != nil {
 		return err
 	}
+	seeded := time.Since(now)
 	fp := sha256.Sum256([]byte(requestBody))
 	claim := func(ctx context.Context, i int64) error {
 		t := time.Now()
@@ -101,7 +102,7 @@ func runSweep(ctx context.Context, cfg config, env *pgEnv, rep *report, progress
 	rep.add(c)
 	fmt.Fprintln(progress, c.progressLine())
 	rep.Sweep = &sweepResult{
-		ExpiredRows: cfg.SweepRows, Deleted: deleted, SweepSeconds: sweepDur.Seconds(), Clients: cfg.SweepCalls,
+		ExpiredRows: cfg.SweepRows, SeedSeconds: seeded.Seconds(), Deleted: deleted, SweepSeconds: sweepDur.Seconds(), Clients: cfg.SweepCalls,
 		P99MicrosWithout: without.pct(0.99), P99MicrosDuring: during.pct(0.99),
 	}
 	if rep.Sweep.P99MicrosWithout > 0 {

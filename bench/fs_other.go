@@ -1,0 +1,6 @@
+//go:build !linux
+
+package main
+
+// fsType is only known on Linux: "".
+func fsType(string) string { return "" }
