@@ -145,7 +145,7 @@ func clientCell(ctx context.Context, cfg config, e enqueuer, callers int, dir st
 	if err != nil {
 		return nil, fmt.Errorf("open: %w", err)
 	}
-	res := load(ctx, callers, cfg.Duration, cfg.MaxOps, nil, func(ctx context.Context, _ int64) error {
+	res := load(ctx, callers, cfg.cell(), func(ctx context.Context, _ int64) error {
 		return q.send(ctx, enqueueBody)
 	})
 	rows, err := q.rows(ctx)

@@ -43,6 +43,7 @@ type config struct {
 	Rounds      int           // rounds of every section
 	Duration    time.Duration // length of one cell
 	MaxOps      int64         // upper bound of operations in one cell
+	MinOps      int64         // a cell runs past Duration until it started this many
 	Clients     []int         // concurrent clients (server) and callers (client)
 	Pool        int           // PostgreSQL pool size
 	Server      bool          // run the server section
@@ -64,6 +65,7 @@ func (c config) withDefaults() config {
 	c.Rounds = cmp.Or(c.Rounds, 3)
 	c.Duration = cmp.Or(c.Duration, 10*time.Second)
 	c.MaxOps = cmp.Or(c.MaxOps, 2_000_000)
+	c.MinOps = cmp.Or(c.MinOps, 1)
 	if len(c.Clients) == 0 {
 		c.Clients = []int{1, 8, 32}
 	}
@@ -78,6 +80,9 @@ func (c config) withDefaults() config {
 	}
 	return c
 }
+
+// cell is the bounds of one cell.
+func (c config) cell() bounds { return bounds{d: c.Duration, minOps: c.MinOps, maxOps: c.MaxOps} }
 
 // flags are the command line of both the command and the test binary
 // (TestFullRun), so that the full run and go run take the same flags.

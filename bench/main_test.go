@@ -27,6 +27,7 @@ func shortConfig(t *testing.T) config {
 		Rounds:     1,
 		Duration:   300 * time.Millisecond,
 		MaxOps:     3000,
+		MinOps:     10, // every cell does something, however loaded the machine
 		Clients:    []int{1, 3},
 		Pool:       4,
 		SweepRows:  2000,

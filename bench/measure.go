@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,29 +27,42 @@ type loadResult struct {
 	elapsed  time.Duration
 	lats     []time.Duration // sorted
 	cpu      cpuDelta
+	// Heap allocations of the whole process during the cell (server, load
+	// generator and drivers together).
+	mallocs, allocBytes uint64
 }
 
-// load runs op from clients goroutines until d has passed, maxOps operations
-// were started or stop is closed (nil: never). An operation in flight when
+// bounds limit a cell: it runs until d has passed and at least minOps
+// operations were started, or maxOps were started, or stop is closed (nil:
+// never).
+type bounds struct {
+	d              time.Duration
+	minOps, maxOps int64
+	stop           <-chan struct{}
+}
+
+// load runs op from clients goroutines within b. An operation in flight when
 // the time is up is finished, never canceled: a canceled request could
 // commit its effect after the client stopped counting.
-func load(ctx context.Context, clients int, d time.Duration, maxOps int64, stop <-chan struct{}, op opFunc) *loadResult {
+func load(ctx context.Context, clients int, b bounds, op opFunc) *loadResult {
 	var (
 		seq atomic.Int64
 		mu  sync.Mutex
 		res loadResult
 		wg  sync.WaitGroup
 	)
-	deadline := time.Now().Add(d)
+	deadline := time.Now().Add(b.d)
 	done := func() bool {
 		select {
-		case <-stop:
+		case <-b.stop:
 			return true
 		default:
 		}
-		return ctx.Err() != nil || !time.Now().Before(deadline)
+		return ctx.Err() != nil || (!time.Now().Before(deadline) && seq.Load() >= b.minOps)
 	}
 	opCtx := context.WithoutCancel(ctx)
+	var memBefore runtime.MemStats
+	runtime.ReadMemStats(&memBefore)
 	before := sampleCPU()
 	start := time.Now()
 	for range clients {
@@ -70,7 +84,7 @@ func load(ctx context.Context, clients int, d time.Duration, maxOps int64, stop 
 			}()
 			for !done() {
 				i := seq.Add(1) - 1
-				if i >= maxOps {
+				if i >= b.maxOps {
 					return
 				}
 				t0 := time.Now()
@@ -87,6 +101,10 @@ func load(ctx context.Context, clients int, d time.Duration, maxOps int64, stop 
 	wg.Wait()
 	res.elapsed = time.Since(start)
 	res.cpu = sampleCPU().sub(before)
+	var memAfter runtime.MemStats
+	runtime.ReadMemStats(&memAfter)
+	res.mallocs = memAfter.Mallocs - memBefore.Mallocs
+	res.allocBytes = memAfter.TotalAlloc - memBefore.TotalAlloc
 	slices.Sort(res.lats)
 	return &res
 }
@@ -115,6 +133,8 @@ func (r *loadResult) cell(section, scenario, mode string, clients, round, order 
 		CPUMicrosPerOpProcess: -1, CPUMicrosPerOpHost: -1,
 	}
 	if r.ok > 0 {
+		c.AllocsPerOpProcess = float64(r.mallocs) / float64(r.ok)
+		c.AllocBytesPerOpProcess = float64(r.allocBytes) / float64(r.ok)
 		if r.cpu.process >= 0 {
 			c.CPUMicrosPerOpProcess = float64(r.cpu.process.Microseconds()) / float64(r.ok)
 		}

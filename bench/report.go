@@ -75,6 +75,11 @@ type cell struct {
 	// (PostgreSQL and anything else running included). -1: unavailable.
 	CPUMicrosPerOpProcess float64 `json:"cpu_us_per_op_process"`
 	CPUMicrosPerOpHost    float64 `json:"cpu_us_per_op_host"`
+	// Heap allocations per successful operation in this process: the
+	// server, the load generator and the drivers together (the package
+	// benchmarks of server/ isolate the middleware's own).
+	AllocsPerOpProcess     float64 `json:"allocs_per_op_process"`
+	AllocBytesPerOpProcess float64 `json:"alloc_bytes_per_op_process"`
 	// Ratio is OpsPerSec over the baseline's in the same round, scenario
 	// and client count (0 where there is no baseline: the sweep).
 	Ratio float64 `json:"ratio_to_baseline"`
@@ -92,6 +97,7 @@ type summary struct {
 	P99Micros             float64 `json:"p99_us"`
 	CPUMicrosPerOpProcess float64 `json:"cpu_us_per_op_process"`
 	CPUMicrosPerOpHost    float64 `json:"cpu_us_per_op_host"`
+	AllocsPerOpProcess    float64 `json:"allocs_per_op_process"`
 	Ratio                 float64 `json:"ratio_to_baseline"` // median of the per-round ratios
 }
 
@@ -233,6 +239,7 @@ func (r *report) finish() {
 			P99Micros:             pick(func(c cell) float64 { return c.P99Micros }),
 			CPUMicrosPerOpProcess: pick(func(c cell) float64 { return c.CPUMicrosPerOpProcess }),
 			CPUMicrosPerOpHost:    pick(func(c cell) float64 { return c.CPUMicrosPerOpHost }),
+			AllocsPerOpProcess:    pick(func(c cell) float64 { return c.AllocsPerOpProcess }),
 			Ratio:                 pick(func(c cell) float64 { return c.Ratio }),
 		})
 	}
@@ -281,15 +288,15 @@ func (r *report) writeTable(w io.Writer) {
 		if g := s.Section + " " + s.Scenario; g != last {
 			last = g
 			fmt.Fprintf(w, "\n%s, %s (baseline: %s)\n\n", s.Section, s.Scenario, cmp.Or(baselineOf[s.Section], "none"))
-			fmt.Fprintln(w, "| mode | clients | ops/s | ratio | p50 | p99 | CPU µs/op process | CPU µs/op host |")
-			fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|")
+			fmt.Fprintln(w, "| mode | clients | ops/s | ratio | p50 | p99 | CPU µs/op process | CPU µs/op host | allocs/op process |")
+			fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|")
 		}
 		ratio := "—"
 		if s.Ratio > 0 {
 			ratio = fmt.Sprintf("%.2f", s.Ratio)
 		}
-		fmt.Fprintf(w, "| %s | %d | %.0f | %s | %s | %s | %.0f | %.0f |\n", s.Mode, s.Clients, s.OpsPerSec, ratio,
-			micros(s.P50Micros), micros(s.P99Micros), s.CPUMicrosPerOpProcess, s.CPUMicrosPerOpHost)
+		fmt.Fprintf(w, "| %s | %d | %.0f | %s | %s | %s | %.0f | %.0f | %.0f |\n", s.Mode, s.Clients, s.OpsPerSec, ratio,
+			micros(s.P50Micros), micros(s.P99Micros), s.CPUMicrosPerOpProcess, s.CPUMicrosPerOpHost, s.AllocsPerOpProcess)
 	}
 	if sw := r.Sweep; sw != nil {
 		fmt.Fprintf(w, "\nsweep: %d expired rows deleted in %.1f s; claim p99 at %d clients %s without, %s during (%.2f×)\n",

@@ -388,7 +388,7 @@ func serverCell(ctx context.Context, cfg config, env *pgEnv, m serverMode, scena
 		pool.add(k)
 		return nil
 	}
-	res := load(ctx, clients, cfg.Duration, cfg.MaxOps, nil, op)
+	res := load(ctx, clients, cfg.cell(), op)
 	if res.errs > 0 {
 		return res, fmt.Errorf("check failed: no errors: %d failed requests, first: %w", res.errs, res.firstErr)
 	}

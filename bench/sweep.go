@@ -67,7 +67,7 @@ func runSweep(ctx context.Context, cfg config, env *pgEnv, rep *report, progress
 		}
 		return nil
 	}
-	without := load(ctx, cfg.SweepCalls, cfg.Duration, cfg.MaxOps, nil, claim)
+	without := load(ctx, cfg.SweepCalls, cfg.cell(), claim)
 	if without.errs > 0 {
 		return fmt.Errorf("check failed: no errors: %d failed claims without a sweep, first: %w", without.errs, without.firstErr)
 	}
@@ -87,7 +87,7 @@ func runSweep(ctx context.Context, cfg config, env *pgEnv, rep *report, progress
 		deleted, sweepErr = env.store.Sweep(ctx, time.Now())
 		sweepDur = time.Since(t0)
 	}()
-	during := load(ctx, cfg.SweepCalls, cfg.sweepMaxDur, cfg.MaxOps, swept, claim)
+	during := load(ctx, cfg.SweepCalls, bounds{d: cfg.sweepMaxDur, maxOps: cfg.MaxOps, stop: swept}, claim)
 	<-swept
 	if sweepErr != nil {
 		return fmt.Errorf("sweep: %w", sweepErr)
