@@ -172,7 +172,7 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (*report, err
 			return nil, err
 		}
 		defer env.close()
-		rep.Machine.Postgres = env.version
+		rep.Machine.Postgres, rep.Settings.PostgresSchema = env.version, env.schema
 		if cfg.Server {
 			if err := runServer(ctx, cfg, env, rep, progress); err != nil {
 				return nil, fmt.Errorf("server section: %w", err)

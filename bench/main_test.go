@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/testpg"
@@ -103,6 +104,13 @@ func TestShortRun_ServerAndSweepPassEveryCheck(t *testing.T) {
 	require.NotNil(t, r.Sweep)
 	require.Equal(t, cfg.SweepRows, r.Sweep.Deleted)
 	require.Contains(t, r.Machine.Postgres, ".")
+	conn, err := pgx.Connect(context.Background(), cfg.DSN)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var left bool
+	require.NoError(t, conn.QueryRow(context.Background(),
+		"SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)", r.Settings.PostgresSchema).Scan(&left))
+	require.False(t, left, "the run's schema %s was not dropped", r.Settings.PostgresSchema)
 	require.Contains(t, table.String(), "| transactional | 3 |")
 	require.Contains(t, table.String(), "checks passed")
 }

@@ -48,6 +48,7 @@ type settings struct {
 	MaxOpsPerCell   int64    `json:"max_ops_per_cell"`
 	Clients         []int    `json:"clients"`
 	PostgresPool    int      `json:"postgres_pool"`
+	PostgresSchema  string   `json:"postgres_schema,omitempty"` // created for the run, dropped at its end
 	Sections        []string `json:"sections"`
 	SweepRows       int      `json:"sweep_rows,omitempty"`
 	SweepClients    int      `json:"sweep_clients,omitempty"`

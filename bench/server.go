@@ -47,6 +47,7 @@ type pgEnv struct {
 	pool    *pgxpool.Pool
 	store   *server.PostgresStore
 	version string
+	schema  string
 	baseURL string
 	hc      *http.Client
 	modes   []serverMode
@@ -86,7 +87,7 @@ func newPgEnv(ctx context.Context, cfg config) (env *pgEnv, err error) {
 		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
 	defer admin.Close(ctx)
-	env = &pgEnv{}
+	env = &pgEnv{schema: schema}
 	if err := admin.QueryRow(ctx, "SHOW server_version").Scan(&env.version); err != nil {
 		return nil, err
 	}

@@ -28,9 +28,12 @@ func seedExpired(ctx context.Context, env *pgEnv, n int, now time.Time) error {
 		return fmt.Errorf("claim the template expired record: %w", err)
 	}
 	if n > 1 {
+		// LATERAL, not (jsonb_populate_record(...)).*, which would call the
+		// function once per column (8× slower).
 		if _, err := env.pool.Exec(ctx, `INSERT INTO idempotency_keys
-SELECT (jsonb_populate_record(NULL::idempotency_keys, to_jsonb(t) || jsonb_build_object('key', 'expired-' || g))).*
-FROM idempotency_keys t, generate_series(1, $3::int) g
+SELECT r.* FROM idempotency_keys t
+CROSS JOIN generate_series(1, $3::int) g
+CROSS JOIN LATERAL jsonb_populate_record(NULL::idempotency_keys, to_jsonb(t) || jsonb_build_object('key', 'expired-' || g)) r
 WHERE t.principal = $1 AND t.key = $2`, sc.Principal, sc.Key, n-1); err != nil {
 			return fmt.Errorf("copy the expired record: %w", err)
 		}
