@@ -268,7 +268,7 @@ func TestFlags_DescribeTheRun(t *testing.T) {
 // TestFullRun is the full-length run with goqite (a test-only dependency),
 // taking the command's flags after -args; it runs only with -full:
 //
-//	go test ./bench -run '^TestFullRun$' -count=1 -timeout 0 -v -args -full -out bench.json
+//	go test ./bench -run '^TestFullRun$' -count=1 -timeout 0 -v -args -full -out "$PWD/bench.json"
 func TestFullRun(t *testing.T) {
 	if !flags.full {
 		t.Skip("the full-length run: go test ./bench -run '^TestFullRun$' -count=1 -timeout 0 -v -args -full [command flags]")

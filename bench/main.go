@@ -18,7 +18,7 @@
 // goqite is a test-only dependency of the module, so the run that includes it
 // is the test binary with the same flags (see BENCHMARKS.md):
 //
-//	go test ./bench -run '^TestFullRun$' -count=1 -timeout 0 -v -args -full -out bench.json
+//	go test ./bench -run '^TestFullRun$' -count=1 -timeout 0 -v -args -full -out "$PWD/bench.json"
 package main
 
 import (
