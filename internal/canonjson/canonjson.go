@@ -16,9 +16,10 @@
 // [Parse] checks the whole text and indexes it; [Document.WriteTo] then
 // streams the canonical form to a writer, usually a hash, without building it
 // in memory. Memory is proportional to the nesting depth plus the members of
-// objects whose keys are not already in order (a few bytes each), never to
-// the size of strings, numbers or arrays: the index of a text of n bytes
-// takes well under n bytes, and work is O(n log n).
+// objects whose keys are not already in order, never to the size of strings,
+// numbers or arrays: the index holds 4 bytes per member of such an object and
+// 8 per object of three members or more, less than 1.3 times the text; work
+// is O(n log n) for a text of n bytes.
 //
 // # Rejected input
 //

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 
@@ -199,18 +200,21 @@ func TestWriteTo_StopsAtWriterError(t *testing.T) {
 	require.Equal(t, int64(100), n)
 }
 
-func TestWriteTo_Reusable(t *testing.T) {
+func TestWriteTo_ReusableAndConcurrent(t *testing.T) {
 	t.Parallel()
 
 	d, err := Parse([]byte(`{"b":[{"d":1,"c":2,"e":3}],"a":{"y":1,"x":2}}`), nil)
 	require.NoError(t, err)
-	var a, b bytes.Buffer
-	_, err = d.WriteTo(&a)
-	require.NoError(t, err)
-	_, err = d.WriteTo(&b)
-	require.NoError(t, err)
-	require.Equal(t, `{"a":{"x":2,"y":1},"b":[{"c":2,"d":1,"e":3}]}`, a.String())
-	require.Equal(t, a.String(), b.String())
+	const want = `{"a":{"x":2,"y":1},"b":[{"c":2,"d":1,"e":3}]}`
+	outs := make([]bytes.Buffer, 4)
+	var wg sync.WaitGroup
+	for i := range outs {
+		wg.Go(func() { _, _ = d.WriteTo(&outs[i]) })
+	}
+	wg.Wait()
+	for i := range outs {
+		require.Equal(t, want, outs[i].String())
+	}
 }
 
 // hostileShapes are texts of about size bytes shaped to cost a canonicaliser

@@ -9,7 +9,8 @@ import (
 // WriteTo writes the canonical form of d to w and returns the number of
 // bytes written. It writes through a buffer of at most 4 KiB, and writes long
 // runs of a string's or a number's bytes straight from the text. The error is
-// the first one w returned; WriteTo stops at it.
+// the first one w returned; WriteTo stops at it. WriteTo does not modify d: it
+// may be called again, also concurrently.
 func (d *Document) WriteTo(w io.Writer) (int64, error) {
 	e := writer{doc: d, src: d.src, out: w}
 	e.buf = make([]byte, 0, min(max(len(d.src), 64), 4096))
