@@ -30,7 +30,7 @@ func (l *blocks[T]) at(i int) *T { return &l.b[i/blockLen][i%blockLen] }
 // grows large slices by 1.25×, which allocates five times the final length.
 func grow[T any](s []T, v T) []T {
 	if len(s) == cap(s) {
-		bigger := make([]T, len(s), max(2*cap(s), 16))
+		bigger := make([]T, len(s), max(2*cap(s), 4))
 		copy(bigger, s)
 		s = bigger
 	}

@@ -35,27 +35,27 @@ type writer struct {
 
 // permFrame walks the members of a permuted object in canonical order.
 type permFrame struct {
-	next int       // index in Document.perm of the current key, or -1 for a pair
+	next int32     // index in Document.perm of the current key, or -1 for a pair
+	i    uint32    // the current key of pair
 	pair [2]uint32 // for an object of two members, the key offsets in canonical order
-	i    int       // the current key of pair
 	last uint32    // offset of the key of the member that comes last in the text
-	end  int       // offset just after the value of that member, once written
+	end  uint32    // offset just after the value of that member, once written
 }
 
 func (f *permFrame) key(perm *blocks[uint32]) uint32 {
 	if f.next < 0 {
 		return f.pair[f.i]
 	}
-	return *perm.at(f.next) &^ lastFlag
+	return *perm.at(int(f.next)) &^ lastFlag
 }
 
 // advance moves to the next member, and reports false after the last one.
 func (f *permFrame) advance(perm *blocks[uint32]) bool {
 	if f.next < 0 {
 		f.i++
-		return f.i < len(f.pair)
+		return int(f.i) < len(f.pair)
 	}
-	if *perm.at(f.next)&lastFlag != 0 {
+	if *perm.at(int(f.next))&lastFlag != 0 {
 		return false
 	}
 	f.next++
@@ -137,7 +137,7 @@ values:
 			case kindPermuted:
 				f := &e.frames[len(e.frames)-1]
 				if f.key(perm) == f.last {
-					f.end = e.pos
+					f.end = uint32(e.pos)
 				}
 				if f.advance(perm) {
 					e.writeSmall(",")
@@ -145,7 +145,7 @@ values:
 					e.key()
 					continue values
 				}
-				e.pos = skipSpace(e.src, f.end) + 1 // }
+				e.pos = skipSpace(e.src, int(f.end)) + 1 // }
 				e.writeSmall("}")
 				e.frames = e.frames[:len(e.frames)-1]
 			}
@@ -167,8 +167,8 @@ func (e *writer) permuted(start int) (permFrame, bool) {
 		second := k &^ lastFlag
 		return permFrame{next: -1, pair: [2]uint32{second, uint32(e.pos)}, last: second}, true
 	}
-	f := permFrame{next: int(objs.at(i).keys)}
-	for j := f.next; ; j++ {
+	f := permFrame{next: int32(objs.at(i).keys)}
+	for j := int(f.next); ; j++ {
 		k := *e.doc.perm.at(j)
 		f.last = max(f.last, k&^lastFlag)
 		if k&lastFlag != 0 {
