@@ -372,6 +372,16 @@ func FuzzCanonical_MatchesReference(f *testing.F) {
 		if !utf8.Valid(got) {
 			t.Fatalf("%q: output %q is not UTF-8", in, got)
 		}
+		// The canonical form denotes the same value as the text (the check
+		// server.FuzzCanonicalJSON made with the parser's tree).
+		p1 := jsonParser{in: in}
+		p1.skipSpace()
+		v1, err1 := p1.value(0)
+		p2 := jsonParser{in: got}
+		v2, err2 := p2.value(0)
+		if err1 != nil || err2 != nil || !v1.equal(&v2) {
+			t.Fatalf("%q: canonical form %q denotes a different value (%v, %v)", in, got, err1, err2)
+		}
 	})
 }
 
