@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -35,6 +36,9 @@ const (
 	AttemptTimeoutDefault = 30 * time.Second
 	// ConcurrencyDefault is how many intents Run sends at once.
 	ConcurrencyDefault = 4
+	// MaxAttemptsPerHourDefault bounds the attempts of one intent in any
+	// hour: one every 30 s on average, the backoff cap.
+	MaxAttemptsPerHourDefault = 120
 )
 
 const (
@@ -82,6 +86,25 @@ type Config struct {
 	// CredentialHeaders are never written to the queue. Defaults to
 	// Authorization, Proxy-Authorization and Cookie.
 	CredentialHeaders []string
+
+	// Profile is the idempotency dialect of hosts not in Profiles (see
+	// [KnownProfile]). Defaults to KnownProfile("idemkit").
+	Profile *Profile
+
+	// Profiles maps a host, as in the request URL ("api.stripe.com", or
+	// "host:port" to tell ports apart), to the dialect it speaks:
+	//
+	//	stripe, _ := idemkit.KnownProfile("stripe")
+	//	cfg.Profiles = map[string]idemkit.Profile{"api.stripe.com": stripe}
+	//
+	// A host:port entry wins over the host's own. Defaults to none.
+	Profiles map[string]Profile
+
+	// MaxAttemptsPerHour bounds the attempts of one intent in any hour,
+	// whatever the server says (a Retry-After of 0, over and over): once
+	// reached, the next attempt waits until the oldest of them is an hour
+	// old. Defaults to MaxAttemptsPerHourDefault (120).
+	MaxAttemptsPerHour int
 
 	// SendHookFunc is called before every attempt, with the request about to
 	// be sent: add credentials here (a process resuming an intent after a
@@ -152,6 +175,21 @@ func (c *Config) WithDefaults() *Config {
 	out.LeaseDuration = cmp.Or(out.LeaseDuration, LeaseDurationDefault)
 	out.AttemptTimeout = cmp.Or(out.AttemptTimeout, AttemptTimeoutDefault)
 	out.Concurrency = cmp.Or(out.Concurrency, ConcurrencyDefault)
+	out.MaxAttemptsPerHour = cmp.Or(out.MaxAttemptsPerHour, MaxAttemptsPerHourDefault)
+	if out.Profile == nil {
+		p, _ := KnownProfile("idemkit")
+		out.Profile = &p
+	} else {
+		p := out.Profile.withDefaults()
+		out.Profile = &p
+	}
+	if out.Profiles != nil {
+		m := make(map[string]Profile, len(out.Profiles))
+		for host, p := range out.Profiles {
+			m[strings.ToLower(host)] = p.withDefaults()
+		}
+		out.Profiles = m
+	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -183,7 +221,35 @@ func (c *Config) validate() error {
 			return fmt.Errorf("idemkit: Config.CredentialHeaders: %q is not a header name", h)
 		}
 	}
+	if c.MaxAttemptsPerHour < 1 {
+		return fmt.Errorf("idemkit: Config.MaxAttemptsPerHour must be at least 1, got %d", c.MaxAttemptsPerHour)
+	}
+	if err := c.Profile.validate("Config.Profile"); err != nil {
+		return err
+	}
+	for host, p := range c.Profiles {
+		if host == "" || strings.ContainsAny(host, "/?#@ ") {
+			return fmt.Errorf("idemkit: Config.Profiles: %q is not a host", host)
+		}
+		if err := p.validate("Config.Profiles[" + host + "]"); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// profileFor returns the profile of the host of rawURL.
+func (c *Config) profileFor(rawURL string) *Profile {
+	if len(c.Profiles) > 0 {
+		if u, err := url.Parse(rawURL); err == nil {
+			for _, h := range []string{strings.ToLower(u.Host), strings.ToLower(u.Hostname())} {
+				if p, ok := c.Profiles[h]; ok {
+					return &p
+				}
+			}
+		}
+	}
+	return c.Profile
 }
 
 // Client sends intents from a SQLite queue. It is safe for concurrent use,
@@ -449,7 +515,11 @@ func (c *Client) newIntent(req *Request) (*prepared, string, error) {
 	if c.closed() {
 		return nil, "", ErrClosed
 	}
-	p, err := prepare(req, c.cfg.CredentialHeaders)
+	var prof *Profile
+	if req != nil {
+		prof = c.cfg.profileFor(req.URL)
+	}
+	p, err := prepare(req, c.cfg.CredentialHeaders, prof)
 	if err != nil {
 		return nil, "", err
 	}
@@ -613,9 +683,9 @@ func result(in *Intent) error {
 	case StateCanceled:
 		return &ResultError{Intent: in, Err: ErrCanceled}
 	}
-	// A replayed 422 is the handler's own answer stored under this key (the
-	// request matched), not the server refusing a reused key.
-	if in.Outcome != nil && in.Outcome.Status == http.StatusUnprocessableEntity && !in.Outcome.Replayed {
+	// Whether an answer meant "key reused" was decided by the profile when
+	// it arrived (a replayed answer never does).
+	if in.Outcome != nil && in.Outcome.keyReused {
 		return &ResultError{Intent: in, Err: ErrKeyReused}
 	}
 	return &ResultError{Intent: in, Err: ErrFailed}

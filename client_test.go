@@ -482,6 +482,7 @@ func TestClient_OwnRetryableClient(t *testing.T) {
 	var n atomic.Int32
 	srv := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if n.Add(1) < 3 {
+			w.Header().Set("Retry-After", "0")
 			w.WriteHeader(http.StatusConflict)
 			return
 		}

@@ -42,15 +42,31 @@
 //
 // # Retries
 //
-// Network errors, timeouts, 408, 409 (the server's "still in progress"),
-// 425, 429 and 5xx except 501 are retried ([DefaultCheckRetry]) with full
-// jitter exponential backoff, 500 ms base, 30 s cap ([DefaultBackoff]).
-// A Retry-After on 409, 429 and 503 (seconds or an HTTP-date, read against
-// the response's Date header) replaces the backoff. Waits up to
-// Config.MaxSleep are slept, context-aware; longer ones are written to the
-// queue as the intent's next attempt time and the worker moves on.
-// go-retryablehttp is the transport engine; its CheckRetry and Backoff are
-// replaced by these.
+// A response marked as a replay (Idempotent-Replayed: true, or the markers of
+// the host's Profile) is the server's final answer: the intent ends succeeded
+// for 2xx and failed otherwise, Outcome.Replayed set, and it is never retried.
+// Otherwise network errors, timeouts, 408, 425, 5xx except 501, and a 409 or 429
+// that carries a Retry-After are retried (DefaultCheckRetry), and so are the
+// answers the host's Profile lists as "in progress" or "rate limited" (the
+// idemkit server's in-flight problem, Stripe's idempotency_key_in_use, …); a
+// 409 or 429 that is a handler's own answer is failed. The answers the Profile
+// lists as "key reused" end the intent with ErrKeyReused. Waits use full jitter
+// exponential backoff, 500 ms base, 30 s cap (DefaultBackoff); a Retry-After (on
+// 409, 429 and 503; seconds or an HTTP-date, read against the response's Date
+// header) is honoured but never waits less than 100 ms plus the backoff, so a
+// "Retry-After: 0" cannot become a hot loop, and no intent gets more than
+// Config.MaxAttemptsPerHour attempts in any hour. Waits up to Config.MaxSleep
+// are slept, context-aware; longer ones are written to the queue as the
+// intent's next attempt time and the worker moves on. go-retryablehttp is the
+// transport engine; its CheckRetry and Backoff are replaced by these.
+//
+// # Other APIs
+//
+// Each host speaks a dialect, a [Profile]: the key header and its encoding, the
+// window it keeps keys for, its replay marker and its "in progress" and "key
+// reused" answers. [KnownProfile] returns the shipped ones ("idemkit", the
+// default; "ietf"; "stripe"; "adyen"; "checkout"; "paypal"); Config.Profiles
+// picks one per host.
 //
 // # The horizon
 //

@@ -99,7 +99,10 @@ func ExampleClient_Run() {
 // A 422 means the key was used before for another request.
 func ExampleErrKeyReused() {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The idemkit server's answer to a key reused with another request.
+		w.Header().Set("Content-Type", "application/problem+json")
 		w.WriteHeader(http.StatusUnprocessableEntity)
+		fmt.Fprint(w, `{"type":"https://github.com/idemkit/idemkit/blob/main/docs/problems.md#key-reused","status":422}`)
 	}))
 	defer srv.Close()
 	path, cleanup := exampleQueue()

@@ -268,7 +268,7 @@ const (
 
 	sqlFinish = `UPDATE idemkit_intents SET
 		state = ?1, outcome_status = ?2, outcome_header = ?3, outcome_body = ?4, outcome_replayed = ?5,
-		last_error = ?6, updated_at = ?7, next_attempt_at = ?7, lease_owner = NULL
+		outcome_key_reused = ?10, last_error = ?6, updated_at = ?7, next_attempt_at = ?7, lease_owner = NULL
 	WHERE id = ?8 AND lease_token = ?9 AND state = 'pending'`
 
 	sqlCancel = `UPDATE idemkit_intents SET state = 'canceled', last_error = 'canceled', updated_at = ?1, next_attempt_at = ?1,
@@ -276,6 +276,8 @@ const (
 	WHERE id = ?2 AND state = 'pending'`
 
 	sqlQuarantine = `UPDATE idemkit_intents SET next_attempt_at = ? WHERE id = ?`
+
+	sqlNthLastAttempt = `SELECT started_at FROM idemkit_attempts WHERE intent_id = ? ORDER BY n DESC LIMIT 1 OFFSET ?`
 
 	sqlSelectAttempts = `SELECT n, token, started_at, finished_at, status, error, replayed
 	FROM idemkit_attempts WHERE intent_id = ? ORDER BY n`
@@ -451,7 +453,7 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 			if in.LastError != "" {
 				msg += "; last error: " + in.LastError
 			}
-			if _, err := ex.ExecContext(ctx, sqlFinish, string(StateExpired), nil, nil, nil, nil, msg, ts, in.ID, r.leaseToken); err != nil {
+			if _, err := ex.ExecContext(ctx, sqlFinish, string(StateExpired), nil, nil, nil, nil, msg, ts, in.ID, r.leaseToken, 0); err != nil {
 				return err
 			}
 			in.State, in.LastError, in.UpdatedAt = StateExpired, msg, now.Truncate(time.Millisecond)
@@ -504,6 +506,24 @@ func (q *queue) startAttempt(ctx context.Context, id string, token int64, now, h
 	}
 	h, _ := parseTime(hz)
 	return n, h, nil
+}
+
+// nthLastAttempt returns the start time of the intent's n-th most recent
+// attempt, or the zero time if it has fewer than n.
+func (q *queue) nthLastAttempt(ctx context.Context, id string, n int) (time.Time, error) {
+	var s string
+	err := q.db.QueryRowContext(ctx, sqlNthLastAttempt, id, n-1).Scan(&s)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, interpretError(err)
+	}
+	t, err := parseTime(s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: attempt of %s: %v", ErrQueueCorrupt, id, err)
+	}
+	return t, nil
 }
 
 // attemptResult is what an attempt produced, as logged.
@@ -572,13 +592,14 @@ func (q *queue) finish(ctx context.Context, id string, token int64, now time.Tim
 			}
 		}
 		var st, hdr, body, rep any
+		reused := 0
 		if o != nil {
-			st, hdr, body, rep = o.Status, encodeHeader(o.Header), o.Body, boolInt(o.Replayed)
+			st, hdr, body, rep, reused = o.Status, encodeHeader(o.Header), o.Body, boolInt(o.Replayed), boolInt(o.keyReused)
 			if o.Body == nil {
 				body = []byte{}
 			}
 		}
-		res, err := ex.ExecContext(ctx, sqlFinish, string(state), st, hdr, body, rep, lastErr, formatTime(now), id, token)
+		res, err := ex.ExecContext(ctx, sqlFinish, string(state), st, hdr, body, rep, lastErr, formatTime(now), id, token, reused)
 		if err != nil {
 			return err
 		}

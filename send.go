@@ -1,6 +1,7 @@
 package idemkit
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -35,6 +36,7 @@ type drive struct {
 	c       *Client
 	in      *Intent
 	host    string
+	prof    *Profile // the host's dialect
 	token   int64
 	n       int // current attempt number
 	retries int
@@ -50,6 +52,10 @@ type drive struct {
 	logged   int            // the number of the attempt last logged, 0 if none
 	lastErr  string
 	hookFail error
+
+	// The last response, as classified by checkRetry.
+	body      []byte // read up to MaxBodySize+1 bytes
+	keyReused bool
 }
 
 // plan returns the planFunc for a claim at now.
@@ -59,7 +65,8 @@ func (c *Client) plan(now time.Time) planFunc {
 		if first.IsZero() {
 			first = now
 		}
-		h := first.Add(c.effectiveWindow(hostWindow) - c.margin(c.effectiveWindow(hostWindow)))
+		w := c.effectiveWindow(c.cfg.profileFor(in.URL), hostWindow)
+		h := first.Add(w - c.margin(w))
 		if !in.Horizon.IsZero() && in.Horizon.Before(h) {
 			h = in.Horizon
 		}
@@ -67,11 +74,22 @@ func (c *Client) plan(now time.Time) planFunc {
 	}
 }
 
-func (c *Client) effectiveWindow(hostWindow time.Duration) time.Duration {
-	if hostWindow > 0 && hostWindow < c.cfg.Window {
-		return hostWindow
+// baseWindow is the window the client relies on for a host of prof: the
+// profile's published window, else Config.Window.
+func (c *Client) baseWindow(prof *Profile) time.Duration {
+	if prof.Window > 0 {
+		return prof.Window
 	}
 	return c.cfg.Window
+}
+
+// effectiveWindow is baseWindow, shortened to the Idempotency-Window the
+// host advertised (0 if none).
+func (c *Client) effectiveWindow(prof *Profile, hostWindow time.Duration) time.Duration {
+	if base := c.baseWindow(prof); hostWindow <= 0 || hostWindow >= base {
+		return base
+	}
+	return hostWindow
 }
 
 func (c *Client) margin(win time.Duration) time.Duration { return min(c.cfg.SafetyMargin, win/10) }
@@ -268,8 +286,9 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 	d := &drive{c: c, in: in, token: cl.token, n: cl.attempt, retries: max(cl.attempt-1, 0),
 		first: in.FirstAttemptAt, horizon: in.Horizon}
 	d.host = hostOf(in.URL)
-	d.win = c.cfg.Window
-	if w := in.Horizon.Sub(in.FirstAttemptAt) + c.margin(c.cfg.Window); w < d.win {
+	d.prof = c.cfg.profileFor(in.URL)
+	d.win = c.baseWindow(d.prof)
+	if w := in.Horizon.Sub(in.FirstAttemptAt) + c.margin(d.win); w < d.win {
 		d.win = max(w, time.Second)
 	}
 	wctx := context.WithoutCancel(ctx)
@@ -279,6 +298,11 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 		body = in.Body
 	}
 	rreq, err := retryablehttp.NewRequestWithContext(ctx, in.Method, in.URL, body)
+	if err == nil {
+		// Queued under another configuration, the key may not fit the
+		// profile this process has for the host: never send it altered.
+		err = d.prof.checkKey(in.Key)
+	}
 	if err != nil {
 		// prepare() accepted it, so the stored row is bad.
 		now := c.now()
@@ -290,7 +314,7 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 	for k, v := range c.credsFor(in.ID) {
 		rreq.Header[k] = v
 	}
-	rreq.Header.Set("Idempotency-Key", keyHeaderValue(in.Key))
+	rreq.Header.Set(d.prof.KeyHeader, d.prof.keyValue(in.Key))
 	if err := d.sendHook(rreq.Request); err != nil {
 		return c.afterHookFailure(wctx, d, err)
 	}
@@ -307,15 +331,8 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 	}
 	switch d.stop {
 	case stopDefinitive:
-		body, rerr := io.ReadAll(io.LimitReader(resp.Body, MaxBodySize+1))
 		resp.Body.Close()
-		if rerr != nil {
-			// The answer was cut off: not definitive after all.
-			d.attempt.errText = "reading response body: " + rerr.Error()
-			next := now.Add(c.cfg.Backoff(BackoffBaseDefault, BackoffCapDefault, d.retries, nil))
-			err := c.q.reschedule(wctx, in.ID, d.token, now, next, d.horizon, d.attempt, d.attempt.errText, false)
-			return c.after(wctx, in.ID, err)
-		}
+		body := d.body
 		lastErr := ""
 		if len(body) > MaxBodySize {
 			body = body[:MaxBodySize]
@@ -323,9 +340,9 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 		}
 		hdr := resp.Header.Clone()
 		hdr.Del("Set-Cookie")
-		o := &Outcome{Status: resp.StatusCode, Header: hdr, Body: body, Replayed: d.attempt.replayed}
+		o := &Outcome{Status: resp.StatusCode, Header: hdr, Body: body, Replayed: d.attempt.replayed, keyReused: d.keyReused}
 		state := StateSucceeded
-		if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		if resp.StatusCode < 200 || resp.StatusCode > 299 || d.keyReused {
 			state = StateFailed
 			if lastErr == "" {
 				lastErr = describe(resp, nil)
@@ -452,19 +469,41 @@ func (d *drive) checkRetry(ctx context.Context, resp *http.Response, err error) 
 	c := d.c
 	now := c.now()
 	a := &attemptResult{n: d.n, host: d.host}
-	if resp != nil {
-		a.status = resp.StatusCode
-		a.replayed = strings.EqualFold(strings.TrimSpace(resp.Header.Get("Idempotent-Replayed")), "true")
-		if w, ok := parseWindow(resp.Header); ok {
-			a.learned = w
-			d.learn(w)
+	d.body, d.keyReused = nil, false
+	dec := decision{verdict: verdictPolicy}
+	if resp != nil && err == nil {
+		// Read the answer here: the profile may look into it, and a
+		// definitive one is stored. An answer cut off is no answer.
+		body, rerr := io.ReadAll(io.LimitReader(resp.Body, MaxBodySize+1))
+		resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		if rerr != nil {
+			resp, err = nil, fmt.Errorf("reading response body: %w", rerr)
+		} else {
+			d.body = body
+			a.status = resp.StatusCode
+			if w, ok := parseWindow(resp.Header); ok {
+				a.learned = w
+				d.learn(w)
+			}
+			dec = classify(d.prof, resp.StatusCode, resp.Header, body)
+			a.replayed = dec.replayed
 		}
 	}
 	if err != nil {
 		a.errText = redactErr(err)
 	}
 	d.attempt = a
-	retry, perr := c.cfg.CheckRetry(ctx, resp, err)
+	var retry bool
+	var perr error
+	switch dec.verdict {
+	case verdictFinal, verdictKeyReused:
+		d.keyReused = dec.verdict == verdictKeyReused
+	case verdictRetry:
+		retry = true
+	default:
+		retry, perr = c.cfg.CheckRetry(ctx, resp, err)
+	}
 	if cerr := ctx.Err(); cerr != nil {
 		d.stop = stopCanceled
 		return false, cerr
@@ -485,7 +524,20 @@ func (d *drive) checkRetry(ctx context.Context, resp *http.Response, err error) 
 	backoff := c.cfg.Backoff(BackoffBaseDefault, BackoffCapDefault, d.retries, resp)
 	d.retries++
 	serverWait, has := retryAfter(resp, now)
-	next, ok := schedule(now, d.horizon, backoff, serverWait, has, d.lead())
+	next, ok := schedule(now, d.horizon, backoff, serverWait, has, dec.minWait, d.lead())
+	if ok {
+		// The attempt budget: at most MaxAttemptsPerHour in any hour.
+		oldest, berr := c.q.nthLastAttempt(context.WithoutCancel(ctx), d.in.ID, c.cfg.MaxAttemptsPerHour)
+		if berr != nil {
+			d.stop, d.stopErr = stopQueueErr, berr
+			return false, berr
+		}
+		if allowed := oldest.Add(time.Hour); !oldest.IsZero() && allowed.After(next) {
+			next = allowed
+			d.lastErr += fmt.Sprintf("; %d attempts in the last hour (Config.MaxAttemptsPerHour)", c.cfg.MaxAttemptsPerHour)
+			ok = !next.After(d.horizon)
+		}
+	}
 	switch {
 	case !ok:
 		d.stop = stopExpire
