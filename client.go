@@ -83,9 +83,43 @@ type Config struct {
 	// (1m).
 	SafetyMargin time.Duration
 
-	// CredentialHeaders are never written to the queue. Defaults to
-	// Authorization, Proxy-Authorization and Cookie.
+	// CredentialHeaders are request headers never written to the queue:
+	// names, or "*-Suffix" patterns matching every header that ends so. A
+	// process keeps those given to Submit or Do in memory; one that resumes
+	// the intent later gets them from SendHookFunc. They are also never
+	// stored from a response. Defaults to Authorization,
+	// Proxy-Authorization, Cookie, X-Api-Key, Api-Key, X-Auth-Token,
+	// X-Amz-Security-Token, *-Token, *-Secret, *-Api-Key, *-Password,
+	// *-Credential, *-Credentials and *-Session.
 	CredentialHeaders []string
+
+	// StoredHeaders, when not nil, switches to allowlist mode: only these
+	// request headers (names or "*-Suffix" patterns) are written to the
+	// queue, and every other one is treated as a credential. Defaults to
+	// nil (the CredentialHeaders denylist).
+	StoredHeaders []string
+
+	// AllowURLCredentials accepts URLs whose query carries a parameter
+	// that looks like a credential (api_key, key, token, access_token,
+	// secret, client_secret, password, signature, …), which would be
+	// written to the queue with the URL. Defaults to false: such a Request
+	// is refused with ErrInvalidRequest.
+	AllowURLCredentials bool
+
+	// OutcomeHeaders are the response headers stored with an Outcome (names
+	// or "*-Suffix" patterns), besides the host profile's replay markers
+	// and key header; Set-Cookie and CredentialHeaders never are. Defaults
+	// to Content-Type, Content-Language, Location, Date, ETag,
+	// Last-Modified, Retry-After, Idempotency-Window, Request-Id and
+	// X-Request-Id.
+	OutcomeHeaders []string
+
+	// OmitOutcomeBody keeps response bodies and headers out of the queue:
+	// an Outcome is stored with its status and replay marker only, for
+	// callers who must not hold receipts on disk. Do still returns the
+	// body (from memory) to its caller; Get, Wait and List do not.
+	// Defaults to false.
+	OmitOutcomeBody bool
 
 	// Profile is the idempotency dialect of hosts not in Profiles (see
 	// [KnownProfile]). Defaults to KnownProfile("idemkit").
@@ -106,11 +140,12 @@ type Config struct {
 	// old. Defaults to MaxAttemptsPerHourDefault (120).
 	MaxAttemptsPerHour int
 
-	// SendHookFunc is called before every attempt, with the request about to
-	// be sent: add credentials here (a process resuming an intent after a
-	// restart has no other source for them). An error skips the attempt and
-	// reschedules the intent. Defaults to nil.
-	SendHookFunc func(*http.Request) error
+	// SendHookFunc is called before every attempt, with the intent's host
+	// (as in the URL: "api.stripe.com", or "host:port") and the request
+	// about to be sent: add credentials here, for that host only (a process
+	// resuming an intent after a restart has no other source for them). An
+	// error skips the attempt and reschedules the intent. Defaults to nil.
+	SendHookFunc func(host string, r *http.Request) error
 
 	// CheckRetry decides what to retry. Defaults to DefaultCheckRetry.
 	CheckRetry CheckRetryFunc
@@ -163,7 +198,10 @@ func (c *Config) WithDefaults() *Config {
 	out.Window = cmp.Or(out.Window, WindowDefault)
 	out.SafetyMargin = cmp.Or(out.SafetyMargin, SafetyMarginDefault)
 	if out.CredentialHeaders == nil {
-		out.CredentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie"}
+		out.CredentialHeaders = credentialHeadersDefault
+	}
+	if out.OutcomeHeaders == nil {
+		out.OutcomeHeaders = outcomeHeadersDefault
 	}
 	if out.CheckRetry == nil {
 		out.CheckRetry = DefaultCheckRetry
@@ -216,9 +254,14 @@ func (c *Config) validate() error {
 	if c.Concurrency < 1 {
 		return fmt.Errorf("idemkit: Config.Concurrency must be at least 1, got %d", c.Concurrency)
 	}
-	for _, h := range c.CredentialHeaders {
-		if !validToken(h) {
-			return fmt.Errorf("idemkit: Config.CredentialHeaders: %q is not a header name", h)
+	for _, l := range []struct {
+		name  string
+		names []string
+	}{{"CredentialHeaders", c.CredentialHeaders}, {"StoredHeaders", c.StoredHeaders}, {"OutcomeHeaders", c.OutcomeHeaders}} {
+		for _, h := range l.names {
+			if !validHeaderPattern(h) {
+				return fmt.Errorf("idemkit: Config.%s: %q is not a header name or *-Suffix pattern", l.name, h)
+			}
 		}
 	}
 	if c.MaxAttemptsPerHour < 1 {
@@ -283,7 +326,8 @@ type Client struct {
 	creds  map[string]http.Header // intent id -> credential headers, memory only
 }
 
-// Open opens or creates the queue file at path with modernc.org/sqlite
+// Open opens or creates the queue file at path (created 0600, and so are
+// its -wal and -shm files) with modernc.org/sqlite
 // (journal_mode WAL, synchronous FULL so a returned Submit is on disk,
 // BEGIN IMMEDIATE transactions, the write lock waited for up to 5 s when
 // another process holds it), migrates it and returns a
@@ -294,6 +338,9 @@ func Open(ctx context.Context, path string, cfg *Config) (*Client, error) {
 		return nil, fmt.Errorf("idemkit: queue path %q: must be non-empty, without ? or #", path)
 	}
 	if err := checkHeader(path); err != nil {
+		return nil, err
+	}
+	if err := createPrivate(path); err != nil {
 		return nil, err
 	}
 	dsn := fmt.Sprintf("%s?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate",
@@ -340,6 +387,21 @@ func firstQuery(ctx context.Context, db *sql.DB) error {
 		case <-t.C:
 		}
 	}
+}
+
+// createPrivate creates the queue file, if it does not exist yet, readable
+// and writable by its owner only (0600): it holds requests and receipts.
+// SQLite creates the -wal and -shm files with the database file's
+// permissions.
+func createPrivate(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("idemkit: create queue %s: %w", path, err)
+	}
+	return f.Close()
 }
 
 // checkHeader refuses an existing, non-empty file that is not SQLite.
@@ -519,7 +581,7 @@ func (c *Client) newIntent(req *Request) (*prepared, string, error) {
 	if req != nil {
 		prof = c.cfg.profileFor(req.URL)
 	}
-	p, err := prepare(req, c.cfg.CredentialHeaders, prof)
+	p, err := prepare(req, c.cfg, prof)
 	if err != nil {
 		return nil, "", err
 	}

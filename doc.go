@@ -13,7 +13,7 @@
 // # Usage
 //
 //	c, err := idemkit.Open(ctx, "payments-queue.db", &idemkit.Config{
-//		SendHookFunc: func(r *http.Request) error {
+//		SendHookFunc: func(_ string, r *http.Request) error {
 //			r.Header.Set("Authorization", "Bearer "+token) // never stored
 //			return nil
 //		},
@@ -81,12 +81,18 @@
 //
 // # Credentials
 //
-// Headers named in Config.CredentialHeaders (Authorization,
-// Proxy-Authorization and Cookie by default) are never written to the
-// queue. A process keeps those given to Submit or Do in memory while it
-// drives the intent; a process that resumes it after a restart gets them
-// from Config.SendHookFunc. Set-Cookie is dropped from stored outcomes, and
-// URLs with user:password@ are refused.
+// Nothing secret is written to the queue by default. The queue file and its
+// -wal and -shm are created 0600. Headers matching Config.CredentialHeaders
+// (Authorization, Proxy-Authorization, Cookie, X-Api-Key, Api-Key,
+// X-Auth-Token, *-Token, *-Secret, … by default; or everything outside
+// Config.StoredHeaders in allowlist mode) are never written: a process keeps
+// those given to Submit or Do in memory while it drives the intent; a
+// process that resumes it after a restart gets them from
+// Config.SendHookFunc, which is told the intent's host. URLs with
+// user:password@, or with a query parameter such as api_key, token or
+// client_secret, are refused (unless Config.AllowURLCredentials). Outcomes
+// keep only the response headers of Config.OutcomeHeaders, and with
+// Config.OmitOutcomeBody only their status and replay marker.
 //
 // # Many processes
 //

@@ -106,7 +106,7 @@ func (s *e2eServer) seenKeys() []string {
 	return append([]string(nil), s.keys...)
 }
 
-func authHook(r *http.Request) error {
+func authHook(_ string, r *http.Request) error {
 	r.Header.Set("Authorization", "Bearer acct_1")
 	return nil
 }

@@ -40,7 +40,7 @@ func ExampleClient_Do() {
 
 	ctx := context.Background()
 	c, err := idemkit.Open(ctx, path, &idemkit.Config{
-		SendHookFunc: func(r *http.Request) error {
+		SendHookFunc: func(_ string, r *http.Request) error {
 			r.Header.Set("Authorization", "Bearer sk_test") // added at send time, never stored
 			return nil
 		},

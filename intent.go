@@ -73,7 +73,7 @@ type Intent struct {
 
 	Method string
 	URL    string
-	Header http.Header // as stored: without credential headers
+	Header http.Header // as stored: without credential headers (see Config.CredentialHeaders)
 	Body   []byte
 	// Fingerprint is the SHA-256 of the method, URL and body. Submitting the
 	// same key again with a different fingerprint is ErrKeyReused.
@@ -100,7 +100,8 @@ type Intent struct {
 // Outcome is the definitive response to an intent.
 type Outcome struct {
 	Status int
-	// Header is the response header, without Set-Cookie.
+	// Header is the response header as stored: the headers of
+	// Config.OutcomeHeaders and the profile's replay markers.
 	Header http.Header
 	Body   []byte
 	// Replayed is true when the server marked the answer as a replay from
@@ -158,7 +159,7 @@ type prepared struct {
 
 // prepare validates req for the host's profile prof and separates the
 // credential headers.
-func prepare(req *Request, credNames []string, prof *Profile) (*prepared, error) {
+func prepare(req *Request, cfg *Config, prof *Profile) (*prepared, error) {
 	if req == nil {
 		return nil, invalidf("nil Request")
 	}
@@ -182,6 +183,9 @@ func prepare(req *Request, credNames []string, prof *Profile) (*prepared, error)
 	if u.User != nil {
 		return nil, invalidf("URL: user:password@ would be stored in the queue; send credentials with Config.SendHookFunc")
 	}
+	if err := cfg.checkQuery(u); err != nil {
+		return nil, err
+	}
 	if len(req.Body) > MaxBodySize {
 		return nil, invalidf("body is %d bytes, more than MaxBodySize (%d)", len(req.Body), MaxBodySize)
 	}
@@ -196,10 +200,6 @@ func prepare(req *Request, credNames []string, prof *Profile) (*prepared, error)
 	}
 	if p.body == nil {
 		p.body = []byte{}
-	}
-	isCred := map[string]bool{}
-	for _, n := range credNames {
-		isCred[http.CanonicalHeaderKey(n)] = true
 	}
 	for name, values := range req.Header {
 		if !validToken(name) {
@@ -221,7 +221,7 @@ func prepare(req *Request, credNames []string, prof *Profile) (*prepared, error)
 			} else if p.key != values[0] {
 				return nil, invalidf("Request.Key and the %s header differ", cn)
 			}
-		case isCred[cn]:
+		case cfg.memoryOnly(cn):
 			p.creds[cn] = append([]string(nil), values...)
 		default:
 			p.header[cn] = append([]string(nil), values...)

@@ -33,16 +33,19 @@ const (
 // drive is the state of one claim of one intent, shared by the
 // go-retryablehttp hooks of its engine.
 type drive struct {
-	c       *Client
-	in      *Intent
-	host    string
-	prof    *Profile // the host's dialect
-	token   int64
-	n       int // current attempt number
-	retries int
-	first   time.Time
-	win     time.Duration // effective window
-	horizon time.Time
+	c    *Client
+	in   *Intent
+	host string
+	// hookHost is the URL's host, as SendHookFunc and Config.Profiles
+	// name it.
+	hookHost string
+	prof     *Profile // the host's dialect
+	token    int64
+	n        int // current attempt number
+	retries  int
+	first    time.Time
+	win      time.Duration // effective window
+	horizon  time.Time
 
 	stop     stopKind
 	stopErr  error
@@ -287,6 +290,9 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 		first: in.FirstAttemptAt, horizon: in.Horizon}
 	d.host = hostOf(in.URL)
 	d.prof = c.cfg.profileFor(in.URL)
+	if u, err := url.Parse(in.URL); err == nil {
+		d.hookHost = strings.ToLower(u.Host)
+	}
 	d.win = c.baseWindow(d.prof)
 	if w := in.Horizon.Sub(in.FirstAttemptAt) + c.margin(d.win); w < d.win {
 		d.win = max(w, time.Second)
@@ -338,9 +344,8 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 			body = body[:MaxBodySize]
 			lastErr = "response body cut at MaxBodySize"
 		}
-		hdr := resp.Header.Clone()
-		hdr.Del("Set-Cookie")
-		o := &Outcome{Status: resp.StatusCode, Header: hdr, Body: body, Replayed: d.attempt.replayed, keyReused: d.keyReused}
+		full := &Outcome{Status: resp.StatusCode, Header: resp.Header, Body: body, Replayed: d.attempt.replayed, keyReused: d.keyReused}
+		o := c.cfg.keptOutcome(full, d.prof, true)
 		state := StateSucceeded
 		if resp.StatusCode < 200 || resp.StatusCode > 299 || d.keyReused {
 			state = StateFailed
@@ -349,7 +354,12 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 			}
 		}
 		err := c.q.finish(wctx, in.ID, d.token, now, state, o, lastErr, d.attempt)
-		return c.after(wctx, in.ID, err)
+		got, err := c.after(wctx, in.ID, err)
+		if got != nil && got.Outcome != nil && c.cfg.OmitOutcomeBody {
+			// Not on disk, but the caller of Do still gets the answer.
+			got.Outcome = c.cfg.keptOutcome(full, d.prof, false)
+		}
+		return got, err
 	case stopGiveUp:
 		msg := "gave up: " + redactErr(d.stopErr)
 		err := c.q.finish(wctx, in.ID, d.token, now, StateFailed, nil, msg, d.attempt)
@@ -433,7 +443,7 @@ func (d *drive) sendHook(r *http.Request) error {
 	if d.c.cfg.SendHookFunc == nil {
 		return nil
 	}
-	return d.c.cfg.SendHookFunc(r)
+	return d.c.cfg.SendHookFunc(d.hookHost, r)
 }
 
 // errStop ends the engine's loop from PrepareRetry; the reason is in
