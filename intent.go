@@ -2,7 +2,6 @@ package idemkit
 
 import (
 	"crypto/sha256"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -206,8 +205,8 @@ func prepare(req *Request, cfg *Config, prof *Profile) (*prepared, error) {
 			return nil, invalidf("header name %q is not a valid HTTP token", name)
 		}
 		for _, v := range values {
-			if strings.ContainsAny(v, "\r\n\x00") {
-				return nil, invalidf("header %s: value contains CR, LF or NUL", name)
+			if !validHeaderValue(v) {
+				return nil, invalidf("header %s: value contains a control character (CR, LF, NUL, …), which no HTTP client may send", name)
 			}
 		}
 		cn := http.CanonicalHeaderKey(name)
@@ -423,35 +422,4 @@ func decodeIntent(r *row) (*Intent, error) {
 			Replayed: r.outcomeReplayed != nil && *r.outcomeReplayed != 0, keyReused: r.outcomeKeyReused != 0}
 	}
 	return in, nil
-}
-
-func encodeHeader(h http.Header) []byte {
-	if h == nil {
-		h = http.Header{}
-	}
-	b, _ := json.Marshal(h) // a map of string slices always marshals
-	return b
-}
-
-func decodeHeader(b []byte) (http.Header, error) {
-	h := http.Header{}
-	if len(b) == 0 {
-		return h, nil
-	}
-	var m map[string][]string
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, err
-	}
-	for k, v := range m {
-		if !validToken(k) {
-			return nil, fmt.Errorf("header name %q", k)
-		}
-		for _, s := range v {
-			if strings.ContainsAny(s, "\r\n\x00") {
-				return nil, fmt.Errorf("header %s: CR, LF or NUL in value", k)
-			}
-		}
-		h[http.CanonicalHeaderKey(k)] = append(h[http.CanonicalHeaderKey(k)], v...)
-	}
-	return h, nil
 }

@@ -295,7 +295,7 @@ func TestProfile_Checkout(t *testing.T) {
 		log, err := c.Attempts(testCtx(t), in.ID)
 		require.NoError(t, err)
 		require.Len(t, log, 1)
-		require.GreaterOrEqual(t, in.NextAttemptAt.Sub(log[0].FinishedAt), 30*time.Second-time.Millisecond)
+		require.GreaterOrEqual(t, in.NextAttemptAt.Sub(log[0].StartedAt), 30*time.Second-time.Millisecond)
 		require.Equal(t, []string{in.Key}, s.sentKeys())
 	})
 	t.Run("validation error", func(t *testing.T) {
