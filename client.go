@@ -186,6 +186,8 @@ type Config struct {
 	timeNowFunc func() time.Time
 	// pollInterval defaults to pollIntervalDefault.
 	pollInterval time.Duration
+	// instanceHost overrides hostID() (tests play another host).
+	instanceHost string
 }
 
 // WithDefaults returns a copy of c (which may be nil) with every unset field
@@ -334,6 +336,9 @@ type Client struct {
 // Client that owns it. A file that is not a SQLite database is refused with
 // ErrQueueCorrupt and left untouched.
 func Open(ctx context.Context, path string, cfg *Config) (*Client, error) {
+	if path == ":memory:" || strings.HasPrefix(path, "file:") {
+		return nil, fmt.Errorf("%w (got %q; Open takes a file path, not a URI)", errInMemory, path)
+	}
 	if path == "" || strings.ContainsAny(path, "?#") {
 		return nil, fmt.Errorf("idemkit: queue path %q: must be non-empty, without ? or #", path)
 	}
@@ -463,9 +468,24 @@ func newClient(ctx context.Context, db *sql.DB, cfg *Config, busyRetry time.Dura
 		base := time.Now()
 		cfg.timeNowFunc = func() time.Time { return base.Add(time.Since(base)) }
 	}
+	file, err := mainFile(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	if file == "" {
+		return nil, errInMemory
+	}
 	c.httpc, c.ownHC = newHTTPClient(cfg)
 	if err := c.q.migrate(ctx, c.now()); err != nil {
 		return nil, fmt.Errorf("idemkit: migrate queue: %w", err)
+	}
+	if err := c.q.locate(ctx, cmp.Or(cfg.instanceHost, hostID()), file, c.now()); err != nil {
+		return nil, fmt.Errorf("idemkit: record where the queue lives: %w", err)
+	}
+	if c.q.origin != c.q.self {
+		n, _ := c.q.countForeign(ctx)
+		c.log.Warn("idemkit: the queue file was first opened elsewhere (copied or moved?): its pending intents are not sent from here unless adopted (Client.Adopt)",
+			"origin", c.q.origin, "here", c.q.self, "pending", n)
 	}
 	c.closeCtx, c.closeFunc = context.WithCancel(context.Background())
 	c.wg.Add(1)
@@ -639,7 +659,7 @@ func (c *Client) SubmitTx(ctx context.Context, tx *sql.Tx, req *Request) (*Inten
 	if err != nil {
 		return nil, err
 	}
-	in, err := insertOne(ctx, tx, nil, p, id, c.now())
+	in, err := insertOne(ctx, tx, nil, p, id, c.now(), c.q.self)
 	return in, interpretError(err)
 }
 
@@ -681,7 +701,7 @@ func (c *Client) Do(ctx context.Context, req *Request) (*Intent, error) {
 	now := c.now()
 	in, cl, err := c.q.insertClaim(ctx, p, id, now, c.cfg.LeaseDuration, c.plan(now))
 	if err != nil {
-		return nil, err
+		return in, err // nil unless it is queued (a *ForeignIntentError)
 	}
 	if len(p.creds) > 0 && in.State == StatePending {
 		c.credMu.Lock()
@@ -708,6 +728,9 @@ func (c *Client) Wait(ctx context.Context, id string) (*Intent, error) {
 		}
 		if in.State != StatePending {
 			return in, result(in)
+		}
+		if err := c.q.foreign(in); err != nil {
+			return in, err // no worker here will send it
 		}
 		if err := c.sleepUntil(ctx, in.NextAttemptAt, ch); err != nil {
 			return in, err

@@ -94,6 +94,16 @@
 // keep only the response headers of Config.OutcomeHeaders, and with
 // Config.OmitOutcomeBody only their status and replay marker.
 //
+// # Where the queue lives
+//
+// The queue records the host and absolute path of its first open, and each
+// intent the instance that queued it. A copy of the file opened on another
+// host or at another path does not send the pending intents it did not
+// queue (they may have been sent already, and their server's window may
+// be over): Do and Wait return a [*ForeignIntentError] for them, Run skips
+// them, and [Client.Adopt] sends them on purpose. In-memory databases are
+// refused.
+//
 // # Many processes
 //
 // Several processes may share one queue file. Each attempt runs under a

@@ -94,6 +94,9 @@ type Intent struct {
 	Outcome *Outcome
 	// LastError describes the last failed attempt or why the intent ended.
 	LastError string
+
+	// instance is the queue instance that queued it ("" if before 004).
+	instance string
 }
 
 // Outcome is the definitive response to an intent.
@@ -329,12 +332,13 @@ type row struct {
 	outcomeKeyReused                  int64
 	lastError                         string
 	createdAt, updatedAt              string
+	instance                          *string
 }
 
 // rowColumns lists the columns scanned into a row, in scan order.
 const rowColumns = `id, key, state, method, url, host, header, body, fingerprint, attempts,
 	next_attempt_at, first_attempt_at, horizon, lease_token, outcome_status, outcome_header,
-	outcome_body, outcome_replayed, outcome_key_reused, last_error, created_at, updated_at`
+	outcome_body, outcome_replayed, outcome_key_reused, last_error, created_at, updated_at, instance`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -342,7 +346,7 @@ func scanRow(s scanner) (*row, error) {
 	r := &row{}
 	err := s.Scan(&r.id, &r.key, &r.state, &r.method, &r.url, &r.host, &r.header, &r.body, &r.fp,
 		&r.attempts, &r.nextAttemptAt, &r.firstAttemptAt, &r.horizon, &r.leaseToken, &r.outcomeStatus,
-		&r.outcomeHeader, &r.outcomeBody, &r.outcomeReplayed, &r.outcomeKeyReused, &r.lastError, &r.createdAt, &r.updatedAt)
+		&r.outcomeHeader, &r.outcomeBody, &r.outcomeReplayed, &r.outcomeKeyReused, &r.lastError, &r.createdAt, &r.updatedAt, &r.instance)
 	return r, err
 }
 
@@ -358,6 +362,9 @@ func decodeIntent(r *row) (*Intent, error) {
 	in := &Intent{
 		ID: r.id, Key: r.key, State: IntentState(r.state), Method: r.method, URL: r.url,
 		Body: r.body, Fingerprint: r.fp, Attempts: int(r.attempts), LastError: r.lastError,
+	}
+	if r.instance != nil {
+		in.instance = *r.instance
 	}
 	if r.id == "" {
 		return nil, bad("empty id", nil)

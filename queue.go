@@ -80,6 +80,10 @@ type queue struct {
 	// owner is this process's lease owner (see leaseOwner), written with
 	// every lease it takes or renews.
 	owner string
+	// self is this client's instance, "host|path", written with every
+	// intent it queues; origin is the instance the queue recorded first
+	// (see instance.go).
+	self, origin string
 
 	// batches counts group commits; waiting counts Submit calls waiting for
 	// one (both for tests and the curious).
@@ -208,22 +212,24 @@ func (q *queue) migrate(ctx context.Context, now time.Time) error {
 
 const (
 	sqlInsertIntent = `INSERT INTO idemkit_intents
-	(id, key, state, method, url, host, header, body, fingerprint, attempts, next_attempt_at, created_at, updated_at)
-	VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)
+	(id, key, state, method, url, host, header, body, fingerprint, attempts, next_attempt_at, created_at, updated_at, instance)
+	VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)
 	ON CONFLICT (key) DO NOTHING
 	RETURNING id`
 
 	sqlSelectByKey = `SELECT ` + rowColumns + ` FROM idemkit_intents WHERE key = ?`
 	sqlSelectByID  = `SELECT ` + rowColumns + ` FROM idemkit_intents WHERE id = ?`
 
-	// sqlSelectDue is the indexed due lookup (idemkit_intents_due).
+	// sqlSelectDue is the indexed due lookup (idemkit_intents_due), of
+	// this instance's intents only (?2 the recorded origin, ?3 self).
 	sqlSelectDue = `SELECT ` + rowColumns + ` FROM idemkit_intents
-	WHERE state = 'pending' AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT 1`
+	WHERE state = 'pending' AND next_attempt_at <= ?1 AND COALESCE(instance, ?2) = ?3
+	ORDER BY next_attempt_at LIMIT 1`
 
 	sqlSelectDueID = `SELECT ` + rowColumns + ` FROM idemkit_intents
 	WHERE id = ? AND state = 'pending' AND next_attempt_at <= ?`
 
-	sqlNextDue = `SELECT MIN(next_attempt_at) FROM idemkit_intents WHERE state = 'pending'`
+	sqlNextDue = `SELECT MIN(next_attempt_at) FROM idemkit_intents WHERE state = 'pending' AND COALESCE(instance, ?1) = ?2`
 
 	sqlHostWindow = `SELECT window_seconds FROM idemkit_hosts WHERE host = ?`
 
@@ -317,7 +323,7 @@ func (q *queue) insertBatch(ctx context.Context, ops []*submitOp) {
 				results[i].err = err
 				continue
 			}
-			in, err := insertOne(ctx, ex, stmt, op.p, op.id, op.now)
+			in, err := insertOne(ctx, ex, stmt, op.p, op.id, op.now, q.self)
 			if err != nil && !errors.Is(err, ErrKeyReused) {
 				return err
 			}
@@ -336,11 +342,11 @@ func (q *queue) insertBatch(ctx context.Context, ops []*submitOp) {
 
 // insertOne inserts one intent, or returns the intent already queued under
 // the same key when its fingerprint matches (ErrKeyReused otherwise).
-func insertOne(ctx context.Context, ex execer, stmt *sql.Stmt, p *prepared, id string, now time.Time) (*Intent, error) {
+func insertOne(ctx context.Context, ex execer, stmt *sql.Stmt, p *prepared, id string, now time.Time, instance string) (*Intent, error) {
 	ts := formatTime(now)
 	var got string
 	var err error
-	args := []any{id, p.key, p.method, p.url, p.host, encodeHeader(p.header), p.body, p.fp, ts, ts, ts}
+	args := []any{id, p.key, p.method, p.url, p.host, encodeHeader(p.header), p.body, p.fp, ts, ts, ts, instance}
 	if stmt != nil {
 		err = stmt.QueryRowContext(ctx, args...).Scan(&got)
 	} else {
@@ -350,7 +356,8 @@ func insertOne(ctx context.Context, ex execer, stmt *sql.Stmt, p *prepared, id s
 	case err == nil:
 		at, _ := parseTime(ts)
 		return &Intent{ID: id, Key: p.key, State: StatePending, Method: p.method, URL: p.url,
-			Header: p.header, Body: p.body, Fingerprint: p.fp, NextAttemptAt: at, CreatedAt: at, UpdatedAt: at}, nil
+			Header: p.header, Body: p.body, Fingerprint: p.fp, NextAttemptAt: at, CreatedAt: at, UpdatedAt: at,
+			instance: instance}, nil
 	case !errors.Is(err, sql.ErrNoRows):
 		return nil, err
 	}
@@ -396,12 +403,16 @@ func (q *queue) insertClaim(ctx context.Context, p *prepared, id string, now tim
 	var in *Intent
 	cl, err := q.claimTx(ctx, "", func(ex execer) (string, error) {
 		var err error
-		in, err = insertOne(ctx, ex, nil, p, id, now)
+		in, err = insertOne(ctx, ex, nil, p, id, now, q.self)
 		if err != nil {
 			return "", err
 		}
 		return in.ID, nil
 	}, now, lease, plan)
+	var fe *ForeignIntentError
+	if errors.As(err, &fe) {
+		return in, nil, err // committed: the intent is queued, elsewhere's
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -422,7 +433,7 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 		}
 		var sr *sql.Row
 		if id == "" {
-			sr = ex.QueryRowContext(ctx, sqlSelectDue, formatTime(now))
+			sr = ex.QueryRowContext(ctx, sqlSelectDue, formatTime(now), q.origin, q.self)
 		} else {
 			sr = ex.QueryRowContext(ctx, sqlSelectDueID, id, formatTime(now))
 		}
@@ -434,6 +445,12 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 			return err
 		}
 		in, err := decodeIntent(r)
+		if err == nil {
+			if ferr := q.foreign(in); ferr != nil {
+				decodeErr = ferr // not claimed: queued at another instance
+				return nil
+			}
+		}
 		if err != nil {
 			// Quarantine the row for an hour so the worker moves on.
 			decodeErr = err
@@ -746,7 +763,7 @@ func (q *queue) counts(ctx context.Context) (map[IntentState]int, error) {
 // zero time when none is pending.
 func (q *queue) nextDue(ctx context.Context) (time.Time, error) {
 	var s *string
-	if err := q.db.QueryRowContext(ctx, sqlNextDue).Scan(&s); err != nil {
+	if err := q.db.QueryRowContext(ctx, sqlNextDue, q.origin, q.self).Scan(&s); err != nil {
 		return time.Time{}, interpretError(err)
 	}
 	if s == nil {

@@ -152,7 +152,8 @@ func (c *Client) driveClaimed(ctx context.Context, id string, first *claimed) (*
 			if ctx.Err() != nil {
 				return c.pendingResult(ctx, id)
 			}
-			return nil, err
+			in, _ := c.q.get(context.WithoutCancel(ctx), id)
+			return in, err
 		}
 		if cl != nil && cl.expired {
 			c.ended(cl.in)
@@ -176,6 +177,9 @@ func (c *Client) driveClaimed(ctx context.Context, id string, first *claimed) (*
 		}
 		if in.State != StatePending {
 			return in, result(in)
+		}
+		if err := c.q.foreign(in); err != nil {
+			return in, err
 		}
 		if err := c.sleepUntil(ctx, in.NextAttemptAt, ch); err != nil {
 			return c.pendingResult(ctx, id)
@@ -314,7 +318,7 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 		now := c.now()
 		ferr := c.q.finish(wctx, in.ID, d.token, now, StateFailed, nil, "cannot build request: "+err.Error(),
 			&attemptResult{n: d.n, errText: err.Error()})
-		return c.after(wctx, in.ID, ferr)
+		return c.after(wctx, in, ferr)
 	}
 	rreq.Header = in.Header.Clone()
 	for k, v := range c.credsFor(in.ID) {
@@ -354,7 +358,7 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 			}
 		}
 		err := c.q.finish(wctx, in.ID, d.token, now, state, o, lastErr, d.attempt)
-		got, err := c.after(wctx, in.ID, err)
+		got, err := c.after(wctx, in, err)
 		if got != nil && got.Outcome != nil && c.cfg.OmitOutcomeBody {
 			// Not on disk, but the caller of Do still gets the answer.
 			got.Outcome = c.cfg.keptOutcome(full, d.prof, false)
@@ -363,18 +367,18 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 	case stopGiveUp:
 		msg := "gave up: " + redactErr(d.stopErr)
 		err := c.q.finish(wctx, in.ID, d.token, now, StateFailed, nil, msg, d.attempt)
-		return c.after(wctx, in.ID, err)
+		return c.after(wctx, in, err)
 	case stopReschedule:
 		c.log.Debug("idemkit: rescheduled", "intent", in.ID, "next", d.next)
 		err := c.q.reschedule(wctx, in.ID, d.token, now, d.next, d.horizon, d.attempt, d.lastErr, false)
-		return c.after(wctx, in.ID, err)
+		return c.after(wctx, in, err)
 	case stopExpire:
 		msg := "horizon " + formatTime(d.horizon) + " reached without a definitive answer"
 		if d.lastErr != "" {
 			msg += "; last error: " + d.lastErr
 		}
 		err := c.q.finish(wctx, in.ID, d.token, now, StateExpired, nil, msg, d.attempt)
-		return c.after(wctx, in.ID, err)
+		return c.after(wctx, in, err)
 	case stopLeaseLost:
 		return nil, errLeaseLost
 	case stopQueueErr:
@@ -409,17 +413,19 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 	}
 	next := now.Add(c.cfg.Backoff(BackoffBaseDefault, BackoffCapDefault, d.retries, nil))
 	err = c.q.reschedule(wctx, in.ID, d.token, now, next, d.horizon, a, msg, false)
-	return c.after(wctx, in.ID, err)
+	return c.after(wctx, in, err)
 }
 
 // after re-reads the intent once its claim is over, and announces its end.
-func (c *Client) after(ctx context.Context, id string, err error) (*Intent, error) {
+// When the queue write (err) or the read fails, it returns the intent as
+// it was claimed, with the error: the caller still has its id.
+func (c *Client) after(ctx context.Context, claimed *Intent, err error) (*Intent, error) {
 	if err != nil {
-		return nil, err
+		return claimed, err
 	}
-	in, err := c.q.get(ctx, id)
+	in, err := c.q.get(ctx, claimed.ID)
 	if err != nil {
-		return nil, err
+		return claimed, err
 	}
 	if in.State != StatePending {
 		c.ended(in)
@@ -433,10 +439,10 @@ func (c *Client) afterHookFailure(ctx context.Context, d *drive, herr error) (*I
 	next := now.Add(c.cfg.Backoff(BackoffBaseDefault, BackoffCapDefault, d.retries, nil))
 	if next.After(d.horizon) {
 		err := c.q.finish(ctx, d.in.ID, d.token, now, StateExpired, nil, msg, &attemptResult{n: d.n, errText: msg})
-		return c.after(ctx, d.in.ID, err)
+		return c.after(ctx, d.in, err)
 	}
 	err := c.q.reschedule(ctx, d.in.ID, d.token, now, next, d.horizon, &attemptResult{n: d.n, errText: msg}, msg, false)
-	return c.after(ctx, d.in.ID, err)
+	return c.after(ctx, d.in, err)
 }
 
 func (d *drive) sendHook(r *http.Request) error {
