@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 
 	"github.com/idemkit/idemkit"
@@ -161,4 +162,33 @@ func ExampleClient_SubmitTx() {
 	}
 	fmt.Println(got.Key, got.State)
 	// Output: o-1-fulfil pending
+}
+
+// Each host speaks its own idempotency dialect: here a server answering as
+// Stripe does to a key reused with other parameters.
+func ExampleKnownProfile() {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Println("key sent in", "Idempotency-Key:", r.Header.Get("Idempotency-Key") == "order-42")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, `{"error":{"type":"idempotency_error","message":"Keys for idempotent requests can only be used with the same parameters they were first used with."}}`)
+	}))
+	defer srv.Close()
+	path, cleanup := exampleQueue()
+	defer cleanup()
+
+	stripe, _ := idemkit.KnownProfile("stripe")
+	host := strings.TrimPrefix(srv.URL, "http://") // "api.stripe.com" in real life
+	c, err := idemkit.Open(context.Background(), path, &idemkit.Config{
+		Profiles: map[string]idemkit.Profile{host: stripe},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.Do(context.Background(), &idemkit.Request{URL: srv.URL + "/v1/charges", Key: "order-42"})
+	fmt.Println(errors.Is(err, idemkit.ErrKeyReused))
+	// Output:
+	// key sent in Idempotency-Key: true
+	// true
 }
