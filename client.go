@@ -36,10 +36,11 @@ const (
 	AttemptTimeoutDefault = 30 * time.Second
 	// ConcurrencyDefault is how many intents Run sends at once.
 	ConcurrencyDefault = 4
-	// MaxAttemptsPerHourDefault bounds the attempts of one intent in any
-	// hour: one every 30 s on average, the backoff cap.
-	MaxAttemptsPerHourDefault = 120
 )
+
+// maxAttemptsPerHourDefault is the default Config.MaxAttemptsPerHour: one
+// attempt every 30 s on average, the backoff cap.
+const maxAttemptsPerHourDefault = 120
 
 const (
 	// busyTimeout is how long Open's Client waits for the write lock held
@@ -137,7 +138,7 @@ type Config struct {
 	// MaxAttemptsPerHour bounds the attempts of one intent in any hour,
 	// whatever the server says (a Retry-After of 0, over and over): once
 	// reached, the next attempt waits until the oldest of them is an hour
-	// old. Defaults to MaxAttemptsPerHourDefault (120).
+	// old. Defaults to 120 (one every 30 s on average, the backoff cap).
 	MaxAttemptsPerHour int
 
 	// SendHookFunc is called before every attempt, with the intent's host
@@ -215,7 +216,7 @@ func (c *Config) WithDefaults() *Config {
 	out.LeaseDuration = cmp.Or(out.LeaseDuration, LeaseDurationDefault)
 	out.AttemptTimeout = cmp.Or(out.AttemptTimeout, AttemptTimeoutDefault)
 	out.Concurrency = cmp.Or(out.Concurrency, ConcurrencyDefault)
-	out.MaxAttemptsPerHour = cmp.Or(out.MaxAttemptsPerHour, MaxAttemptsPerHourDefault)
+	out.MaxAttemptsPerHour = cmp.Or(out.MaxAttemptsPerHour, maxAttemptsPerHourDefault)
 	if out.Profile == nil {
 		p, _ := KnownProfile("idemkit")
 		out.Profile = &p

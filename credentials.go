@@ -104,7 +104,7 @@ func (c *Config) keptOutcome(o *Outcome, prof *Profile, onDisk bool) *Outcome {
 		if cn == "Set-Cookie" || headerMatches(c.CredentialHeaders, cn) {
 			continue
 		}
-		if headerMatches(c.OutcomeHeaders, cn) || headerMatches(prof.ReplayHeaders, cn) || cn == prof.KeyHeader {
+		if headerMatches(c.OutcomeHeaders, cn) || headerMatches(prof.ReplayHeaders, cn) || cn == http.CanonicalHeaderKey(prof.KeyHeader) {
 			s.Header[cn] = append([]string(nil), v...)
 		}
 	}

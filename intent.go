@@ -214,7 +214,7 @@ func prepare(req *Request, cfg *Config, prof *Profile) (*prepared, error) {
 		}
 		cn := http.CanonicalHeaderKey(name)
 		switch {
-		case cn == prof.KeyHeader:
+		case cn == http.CanonicalHeaderKey(prof.KeyHeader):
 			if len(values) != 1 {
 				return nil, invalidf("%s header given %d times", cn, len(values))
 			}

@@ -173,7 +173,6 @@ func (p Profile) withDefaults() Profile {
 	if p.KeyHeader == "" {
 		p.KeyHeader = "Idempotency-Key"
 	}
-	p.KeyHeader = http.CanonicalHeaderKey(p.KeyHeader)
 	if p.KeyMaxLen <= 0 {
 		p.KeyMaxLen = maxKeyLen
 	}
