@@ -33,6 +33,8 @@ type e2eServer struct {
 	hold func(r *http.Request)
 	// front, if set, sees every request first and may answer it instead.
 	front func(w http.ResponseWriter, r *http.Request, next http.Handler) bool
+	// answer, if set, is the handler's own answer instead of 201.
+	answer func(w http.ResponseWriter)
 }
 
 func (s *e2eServer) setHold(f func(r *http.Request)) {
@@ -80,6 +82,13 @@ func newE2EServer(t *testing.T, cfg *server.Config) *e2eServer {
 		s.mu.Unlock()
 		if hold != nil {
 			hold(r)
+		}
+		s.mu.Lock()
+		answer := s.answer
+		s.mu.Unlock()
+		if answer != nil {
+			answer(w)
+			return
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
@@ -408,5 +417,40 @@ func TestE2E_KeysArriveExactly(t *testing.T) {
 	for _, bad := range []string{"a\u0085b", "tab\there", "ключ"} {
 		_, err := quoted.c.Do(testCtx(t), &Request{URL: s.srv.URL + "/charges", Key: bad})
 		require.ErrorIs(t, err, ErrInvalidRequest, "key %q", bad)
+	}
+}
+
+// TestE2E_HandlerConflictIsFinal: a handler's own 409 or 429 behind the
+// real middleware (no in-flight problem type, no Retry-After) is a
+// definitive answer: failed after one attempt, not retried for a day and
+// then "expired". The middleware stores it; another client sending the
+// same key gets it replayed, which is final too.
+func TestE2E_HandlerConflictIsFinal(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{http.StatusConflict, http.StatusTooManyRequests} {
+		s := newE2EServer(t, nil)
+		s.mu.Lock()
+		s.answer = func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			fmt.Fprint(w, `{"error":"invoice already paid"}`)
+		}
+		s.mu.Unlock()
+		var ins []*Intent
+		for range 2 {
+			cfg := testConfig()
+			cfg.SendHookFunc = authHook
+			b := setup(t, cfg, nil)
+			req := charge(s.srv.URL)
+			req.Key = fmt.Sprintf("invoice-%d", status)
+			in, err := b.c.Do(testCtx(t), req)
+			require.ErrorIs(t, err, ErrFailed, "status %d", status)
+			require.Equal(t, 1, in.Attempts)
+			require.Equal(t, status, in.Outcome.Status)
+			ins = append(ins, in)
+		}
+		require.False(t, ins[0].Outcome.Replayed)
+		require.True(t, ins[1].Outcome.Replayed, "the second client got the stored answer")
+		require.EqualValues(t, 1, s.effects.Load())
 	}
 }
