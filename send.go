@@ -117,8 +117,23 @@ func (c *Client) driveID(ctx context.Context, id string) (*Intent, error) {
 }
 
 // driveClaimed is driveID starting with a claim already taken (if first is
-// not nil).
-func (c *Client) driveClaimed(ctx context.Context, id string, first *claimed) (*Intent, error) {
+// not nil). Whatever ends it, it returns the intent as stored (or, if the
+// queue cannot be read, as last known), so the caller has its id.
+func (c *Client) driveClaimed(ctx context.Context, id string, first *claimed) (in *Intent, err error) {
+	var last *Intent
+	if first != nil {
+		last = first.in
+	}
+	defer func() {
+		if in != nil || errors.Is(err, ErrNotFound) {
+			return
+		}
+		if got, gerr := c.q.get(context.WithoutCancel(ctx), id); gerr == nil {
+			in = got
+		} else {
+			in = last
+		}
+	}()
 	release := func() {
 		if first != nil && !first.expired {
 			// Nothing was sent: hand the claim back at once.
