@@ -71,10 +71,12 @@ type Config struct {
 	// client on a pooled transport of its own that Close releases.
 	HTTPClient *retryablehttp.Client
 
-	// Window is the longest retention window the client relies on. The
-	// effective window of an intent is the smaller of Window and the
-	// Idempotency-Window its host last advertised (remembered in the queue).
-	// Defaults to WindowDefault (24h).
+	// Window is the longest retention window the client relies on, for
+	// hosts whose Profile publishes none (Profile.Window replaces it for
+	// the others: Stripe's 24 h, Adyen's 31 days). The effective window of
+	// an intent is the smaller of that and the Idempotency-Window its host
+	// last advertised (remembered in the queue). Defaults to WindowDefault
+	// (24h).
 	Window time.Duration
 
 	// SafetyMargin is subtracted from the effective window to get the
