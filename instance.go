@@ -17,7 +17,9 @@ import (
 // another path (a backup restored, a disk image cloned) does not send the
 // intents it did not start: they may have been sent already, and the
 // server's window may be over, so sending them again could charge twice.
-// Client.Adopt sends them anyway, on purpose.
+// Client.Adopt sends them anyway, on purpose. The host is named by its
+// hostname and machine id: renaming the host, or reaching the file by
+// another path (a bind mount elsewhere), also counts as elsewhere.
 
 // ForeignIntentError is returned by [Client.Do], [Client.Wait] and the
 // worker's logs for a pending intent that was queued by the queue file at
