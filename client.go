@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -36,6 +37,10 @@ const (
 	// ConcurrencyDefault is how many intents Run sends at once.
 	ConcurrencyDefault = 4
 )
+
+// maxAttemptsPerHourDefault is the default Config.MaxAttemptsPerHour: one
+// attempt every 30 s on average, the backoff cap.
+const maxAttemptsPerHourDefault = 120
 
 const (
 	// busyTimeout is how long Open's Client waits for the write lock held
@@ -66,10 +71,12 @@ type Config struct {
 	// client on a pooled transport of its own that Close releases.
 	HTTPClient *retryablehttp.Client
 
-	// Window is the longest retention window the client relies on. The
-	// effective window of an intent is the smaller of Window and the
-	// Idempotency-Window its host last advertised (remembered in the queue).
-	// Defaults to WindowDefault (24h).
+	// Window is the longest retention window the client relies on, for
+	// hosts whose Profile publishes none (Profile.Window replaces it for
+	// the others: Stripe's 24 h, Adyen's 31 days). The effective window of
+	// an intent is the smaller of that and the Idempotency-Window its host
+	// last advertised (remembered in the queue). Defaults to WindowDefault
+	// (24h).
 	Window time.Duration
 
 	// SafetyMargin is subtracted from the effective window to get the
@@ -79,15 +86,69 @@ type Config struct {
 	// (1m).
 	SafetyMargin time.Duration
 
-	// CredentialHeaders are never written to the queue. Defaults to
-	// Authorization, Proxy-Authorization and Cookie.
+	// CredentialHeaders are request headers never written to the queue:
+	// names, or "*-Suffix" patterns matching every header that ends so. A
+	// process keeps those given to Submit or Do in memory; one that resumes
+	// the intent later gets them from SendHookFunc. They are also never
+	// stored from a response. Defaults to Authorization,
+	// Proxy-Authorization, Cookie, X-Api-Key, Api-Key, X-Auth-Token,
+	// X-Amz-Security-Token, *-Token, *-Secret, *-Api-Key, *-Password,
+	// *-Credential, *-Credentials and *-Session.
 	CredentialHeaders []string
 
-	// SendHookFunc is called before every attempt, with the request about to
-	// be sent: add credentials here (a process resuming an intent after a
-	// restart has no other source for them). An error skips the attempt and
-	// reschedules the intent. Defaults to nil.
-	SendHookFunc func(*http.Request) error
+	// StoredHeaders, when not nil, switches to allowlist mode: only these
+	// request headers (names or "*-Suffix" patterns) are written to the
+	// queue, and every other one is treated as a credential. Defaults to
+	// nil (the CredentialHeaders denylist).
+	StoredHeaders []string
+
+	// AllowURLCredentials accepts URLs whose query carries a parameter
+	// that looks like a credential (api_key, key, token, access_token,
+	// secret, client_secret, password, signature, …), which would be
+	// written to the queue with the URL. Defaults to false: such a Request
+	// is refused with ErrInvalidRequest.
+	AllowURLCredentials bool
+
+	// OutcomeHeaders are the response headers stored with an Outcome (names
+	// or "*-Suffix" patterns), besides the host profile's replay markers
+	// and key header; Set-Cookie and CredentialHeaders never are. Defaults
+	// to Content-Type, Content-Language, Location, Date, ETag,
+	// Last-Modified, Retry-After, Idempotency-Window, Request-Id and
+	// X-Request-Id.
+	OutcomeHeaders []string
+
+	// OmitOutcomeBody keeps response bodies and headers out of the queue:
+	// an Outcome is stored with its status and replay marker only, for
+	// callers who must not hold receipts on disk. Do still returns the
+	// body (from memory) to its caller; Get, Wait and List do not.
+	// Defaults to false.
+	OmitOutcomeBody bool
+
+	// Profile is the idempotency dialect of hosts not in Profiles (see
+	// [KnownProfile]). Defaults to KnownProfile("idemkit").
+	Profile *Profile
+
+	// Profiles maps a host, as in the request URL ("api.stripe.com", or
+	// "host:port" to tell ports apart), to the dialect it speaks:
+	//
+	//	stripe, _ := idemkit.KnownProfile("stripe")
+	//	cfg.Profiles = map[string]idemkit.Profile{"api.stripe.com": stripe}
+	//
+	// A host:port entry wins over the host's own. Defaults to none.
+	Profiles map[string]Profile
+
+	// MaxAttemptsPerHour bounds the attempts of one intent in any hour,
+	// whatever the server says (a Retry-After of 0, over and over): once
+	// reached, the next attempt waits until the oldest of them is an hour
+	// old. Defaults to 120 (one every 30 s on average, the backoff cap).
+	MaxAttemptsPerHour int
+
+	// SendHookFunc is called before every attempt, with the intent's host
+	// (as in the URL: "api.stripe.com", or "host:port") and the request
+	// about to be sent: add credentials here, for that host only (a process
+	// resuming an intent after a restart has no other source for them). An
+	// error skips the attempt and reschedules the intent. Defaults to nil.
+	SendHookFunc func(host string, r *http.Request) error
 
 	// CheckRetry decides what to retry. Defaults to DefaultCheckRetry.
 	CheckRetry CheckRetryFunc
@@ -128,6 +189,8 @@ type Config struct {
 	timeNowFunc func() time.Time
 	// pollInterval defaults to pollIntervalDefault.
 	pollInterval time.Duration
+	// instanceHost overrides hostID() (tests play another host).
+	instanceHost string
 }
 
 // WithDefaults returns a copy of c (which may be nil) with every unset field
@@ -140,7 +203,10 @@ func (c *Config) WithDefaults() *Config {
 	out.Window = cmp.Or(out.Window, WindowDefault)
 	out.SafetyMargin = cmp.Or(out.SafetyMargin, SafetyMarginDefault)
 	if out.CredentialHeaders == nil {
-		out.CredentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie"}
+		out.CredentialHeaders = credentialHeadersDefault
+	}
+	if out.OutcomeHeaders == nil {
+		out.OutcomeHeaders = outcomeHeadersDefault
 	}
 	if out.CheckRetry == nil {
 		out.CheckRetry = DefaultCheckRetry
@@ -152,6 +218,21 @@ func (c *Config) WithDefaults() *Config {
 	out.LeaseDuration = cmp.Or(out.LeaseDuration, LeaseDurationDefault)
 	out.AttemptTimeout = cmp.Or(out.AttemptTimeout, AttemptTimeoutDefault)
 	out.Concurrency = cmp.Or(out.Concurrency, ConcurrencyDefault)
+	out.MaxAttemptsPerHour = cmp.Or(out.MaxAttemptsPerHour, maxAttemptsPerHourDefault)
+	if out.Profile == nil {
+		p, _ := KnownProfile("idemkit")
+		out.Profile = &p
+	} else {
+		p := out.Profile.withDefaults()
+		out.Profile = &p
+	}
+	if out.Profiles != nil {
+		m := make(map[string]Profile, len(out.Profiles))
+		for host, p := range out.Profiles {
+			m[strings.ToLower(host)] = p.withDefaults()
+		}
+		out.Profiles = m
+	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -178,12 +259,45 @@ func (c *Config) validate() error {
 	if c.Concurrency < 1 {
 		return fmt.Errorf("idemkit: Config.Concurrency must be at least 1, got %d", c.Concurrency)
 	}
-	for _, h := range c.CredentialHeaders {
-		if !validToken(h) {
-			return fmt.Errorf("idemkit: Config.CredentialHeaders: %q is not a header name", h)
+	for _, l := range []struct {
+		name  string
+		names []string
+	}{{"CredentialHeaders", c.CredentialHeaders}, {"StoredHeaders", c.StoredHeaders}, {"OutcomeHeaders", c.OutcomeHeaders}} {
+		for _, h := range l.names {
+			if !validHeaderPattern(h) {
+				return fmt.Errorf("idemkit: Config.%s: %q is not a header name or *-Suffix pattern", l.name, h)
+			}
+		}
+	}
+	if c.MaxAttemptsPerHour < 1 {
+		return fmt.Errorf("idemkit: Config.MaxAttemptsPerHour must be at least 1, got %d", c.MaxAttemptsPerHour)
+	}
+	if err := c.Profile.validate("Config.Profile"); err != nil {
+		return err
+	}
+	for host, p := range c.Profiles {
+		if host == "" || strings.ContainsAny(host, "/?#@ ") {
+			return fmt.Errorf("idemkit: Config.Profiles: %q is not a host", host)
+		}
+		if err := p.validate("Config.Profiles[" + host + "]"); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// profileFor returns the profile of the host of rawURL.
+func (c *Config) profileFor(rawURL string) *Profile {
+	if len(c.Profiles) > 0 {
+		if u, err := url.Parse(rawURL); err == nil {
+			for _, h := range []string{strings.ToLower(u.Host), strings.ToLower(u.Hostname())} {
+				if p, ok := c.Profiles[h]; ok {
+					return &p
+				}
+			}
+		}
+	}
+	return c.Profile
 }
 
 // Client sends intents from a SQLite queue. It is safe for concurrent use,
@@ -217,17 +331,24 @@ type Client struct {
 	creds  map[string]http.Header // intent id -> credential headers, memory only
 }
 
-// Open opens or creates the queue file at path with modernc.org/sqlite
+// Open opens or creates the queue file at path (created 0600, and so are
+// its -wal and -shm files) with modernc.org/sqlite
 // (journal_mode WAL, synchronous FULL so a returned Submit is on disk,
 // BEGIN IMMEDIATE transactions, the write lock waited for up to 5 s when
 // another process holds it), migrates it and returns a
 // Client that owns it. A file that is not a SQLite database is refused with
 // ErrQueueCorrupt and left untouched.
 func Open(ctx context.Context, path string, cfg *Config) (*Client, error) {
+	if path == ":memory:" || strings.HasPrefix(path, "file:") {
+		return nil, fmt.Errorf("%w (got %q; Open takes a file path, not a URI)", errInMemory, path)
+	}
 	if path == "" || strings.ContainsAny(path, "?#") {
 		return nil, fmt.Errorf("idemkit: queue path %q: must be non-empty, without ? or #", path)
 	}
 	if err := checkHeader(path); err != nil {
+		return nil, err
+	}
+	if err := createPrivate(path); err != nil {
 		return nil, err
 	}
 	dsn := fmt.Sprintf("%s?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate",
@@ -274,6 +395,21 @@ func firstQuery(ctx context.Context, db *sql.DB) error {
 		case <-t.C:
 		}
 	}
+}
+
+// createPrivate creates the queue file, if it does not exist yet, readable
+// and writable by its owner only (0600): it holds requests and receipts.
+// SQLite creates the -wal and -shm files with the database file's
+// permissions.
+func createPrivate(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("idemkit: create queue %s: %w", path, err)
+	}
+	return f.Close()
 }
 
 // checkHeader refuses an existing, non-empty file that is not SQLite.
@@ -335,9 +471,24 @@ func newClient(ctx context.Context, db *sql.DB, cfg *Config, busyRetry time.Dura
 		base := time.Now()
 		cfg.timeNowFunc = func() time.Time { return base.Add(time.Since(base)) }
 	}
+	file, err := mainFile(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	if file == "" {
+		return nil, errInMemory
+	}
 	c.httpc, c.ownHC = newHTTPClient(cfg)
 	if err := c.q.migrate(ctx, c.now()); err != nil {
 		return nil, fmt.Errorf("idemkit: migrate queue: %w", err)
+	}
+	if err := c.q.locate(ctx, cmp.Or(cfg.instanceHost, hostID()), file, c.now()); err != nil {
+		return nil, fmt.Errorf("idemkit: record where the queue lives: %w", err)
+	}
+	if c.q.origin != c.q.self {
+		n, _ := c.q.countForeign(ctx)
+		c.log.Warn("idemkit: the queue file was first opened elsewhere (copied or moved?): its pending intents are not sent from here unless adopted (Client.Adopt)",
+			"origin", c.q.origin, "here", c.q.self, "pending", n)
 	}
 	c.closeCtx, c.closeFunc = context.WithCancel(context.Background())
 	c.wg.Add(1)
@@ -449,7 +600,11 @@ func (c *Client) newIntent(req *Request) (*prepared, string, error) {
 	if c.closed() {
 		return nil, "", ErrClosed
 	}
-	p, err := prepare(req, c.cfg.CredentialHeaders)
+	var prof *Profile
+	if req != nil {
+		prof = c.cfg.profileFor(req.URL)
+	}
+	p, err := prepare(req, c.cfg, prof)
 	if err != nil {
 		return nil, "", err
 	}
@@ -507,7 +662,7 @@ func (c *Client) SubmitTx(ctx context.Context, tx *sql.Tx, req *Request) (*Inten
 	if err != nil {
 		return nil, err
 	}
-	in, err := insertOne(ctx, tx, nil, p, id, c.now())
+	in, err := insertOne(ctx, tx, nil, p, id, c.now(), c.q.self)
 	return in, interpretError(err)
 }
 
@@ -549,7 +704,7 @@ func (c *Client) Do(ctx context.Context, req *Request) (*Intent, error) {
 	now := c.now()
 	in, cl, err := c.q.insertClaim(ctx, p, id, now, c.cfg.LeaseDuration, c.plan(now))
 	if err != nil {
-		return nil, err
+		return in, err // nil unless it is queued (a *ForeignIntentError)
 	}
 	if len(p.creds) > 0 && in.State == StatePending {
 		c.credMu.Lock()
@@ -576,6 +731,9 @@ func (c *Client) Wait(ctx context.Context, id string) (*Intent, error) {
 		}
 		if in.State != StatePending {
 			return in, result(in)
+		}
+		if err := c.q.foreign(in); err != nil {
+			return in, err // no worker here will send it
 		}
 		if err := c.sleepUntil(ctx, in.NextAttemptAt, ch); err != nil {
 			return in, err
@@ -613,9 +771,9 @@ func result(in *Intent) error {
 	case StateCanceled:
 		return &ResultError{Intent: in, Err: ErrCanceled}
 	}
-	// A replayed 422 is the handler's own answer stored under this key (the
-	// request matched), not the server refusing a reused key.
-	if in.Outcome != nil && in.Outcome.Status == http.StatusUnprocessableEntity && !in.Outcome.Replayed {
+	// Whether an answer meant "key reused" was decided by the profile when
+	// it arrived (a replayed answer never does).
+	if in.Outcome != nil && in.Outcome.keyReused {
 		return &ResultError{Intent: in, Err: ErrKeyReused}
 	}
 	return &ResultError{Intent: in, Err: ErrFailed}

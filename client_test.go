@@ -269,7 +269,7 @@ func TestClient_CredentialsNeverStored(t *testing.T) {
 	pending, err := b.c.Submit(testCtx(t), &Request{URL: b.srv.URL, Header: http.Header{"Authorization": {token}}})
 	require.NoError(t, err)
 	cfg := testConfig()
-	cfg.SendHookFunc = func(r *http.Request) error { r.Header.Set("Authorization", "Bearer from-hook"); return nil }
+	cfg.SendHookFunc = func(_ string, r *http.Request) error { r.Header.Set("Authorization", "Bearer from-hook"); return nil }
 	c2 := b.reopen(t, cfg)
 	done, err := c2.driveID(testCtx(t), pending.ID)
 	require.NoError(t, err)
@@ -426,7 +426,7 @@ func TestClient_SendHookError(t *testing.T) {
 	cfg := testConfig()
 	var fail atomic.Bool
 	fail.Store(true)
-	cfg.SendHookFunc = func(r *http.Request) error {
+	cfg.SendHookFunc = func(_ string, r *http.Request) error {
 		if fail.Load() {
 			fail.Store(false)
 			return errors.New("token service down")
@@ -482,6 +482,7 @@ func TestClient_OwnRetryableClient(t *testing.T) {
 	var n atomic.Int32
 	srv := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if n.Add(1) < 3 {
+			w.Header().Set("Retry-After", "0")
 			w.WriteHeader(http.StatusConflict)
 			return
 		}

@@ -13,7 +13,7 @@
 // # Usage
 //
 //	c, err := idemkit.Open(ctx, "payments-queue.db", &idemkit.Config{
-//		SendHookFunc: func(r *http.Request) error {
+//		SendHookFunc: func(_ string, r *http.Request) error {
 //			r.Header.Set("Authorization", "Bearer "+token) // never stored
 //			return nil
 //		},
@@ -42,15 +42,31 @@
 //
 // # Retries
 //
-// Network errors, timeouts, 408, 409 (the server's "still in progress"),
-// 425, 429 and 5xx except 501 are retried ([DefaultCheckRetry]) with full
-// jitter exponential backoff, 500 ms base, 30 s cap ([DefaultBackoff]).
-// A Retry-After on 409, 429 and 503 (seconds or an HTTP-date, read against
-// the response's Date header) replaces the backoff. Waits up to
-// Config.MaxSleep are slept, context-aware; longer ones are written to the
-// queue as the intent's next attempt time and the worker moves on.
-// go-retryablehttp is the transport engine; its CheckRetry and Backoff are
-// replaced by these.
+// A response marked as a replay (Idempotent-Replayed: true, or the markers of
+// the host's Profile) is the server's final answer: the intent ends succeeded
+// for 2xx and failed otherwise, Outcome.Replayed set, and it is never retried.
+// Otherwise network errors, timeouts, 408, 425, 5xx except 501, and a 409 or 429
+// that carries a Retry-After are retried (DefaultCheckRetry), and so are the
+// answers the host's Profile lists as "in progress" or "rate limited" (the
+// idemkit server's in-flight problem, Stripe's idempotency_key_in_use, …); a
+// 409 or 429 that is a handler's own answer is failed. The answers the Profile
+// lists as "key reused" end the intent with ErrKeyReused. Waits use full jitter
+// exponential backoff, 500 ms base, 30 s cap (DefaultBackoff); a Retry-After (on
+// 409, 429 and 503; seconds or an HTTP-date, read against the response's Date
+// header) is honoured but never waits less than 100 ms plus the backoff, so a
+// "Retry-After: 0" cannot become a hot loop, and no intent gets more than
+// Config.MaxAttemptsPerHour attempts in any hour. Waits up to Config.MaxSleep
+// are slept, context-aware; longer ones are written to the queue as the
+// intent's next attempt time and the worker moves on. go-retryablehttp is the
+// transport engine; its CheckRetry and Backoff are replaced by these.
+//
+// # Other APIs
+//
+// Each host speaks a dialect, a [Profile]: the key header and its encoding, the
+// window it keeps keys for, its replay marker and its "in progress" and "key
+// reused" answers. [KnownProfile] returns the shipped ones ("idemkit", the
+// default; "ietf"; "stripe"; "adyen"; "checkout"; "paypal"); Config.Profiles
+// picks one per host.
 //
 // # The horizon
 //
@@ -65,12 +81,28 @@
 //
 // # Credentials
 //
-// Headers named in Config.CredentialHeaders (Authorization,
-// Proxy-Authorization and Cookie by default) are never written to the
-// queue. A process keeps those given to Submit or Do in memory while it
-// drives the intent; a process that resumes it after a restart gets them
-// from Config.SendHookFunc. Set-Cookie is dropped from stored outcomes, and
-// URLs with user:password@ are refused.
+// Nothing secret is written to the queue by default. The queue file and its
+// -wal and -shm are created 0600. Headers matching Config.CredentialHeaders
+// (Authorization, Proxy-Authorization, Cookie, X-Api-Key, Api-Key,
+// X-Auth-Token, *-Token, *-Secret, … by default; or everything outside
+// Config.StoredHeaders in allowlist mode) are never written: a process keeps
+// those given to Submit or Do in memory while it drives the intent; a
+// process that resumes it after a restart gets them from
+// Config.SendHookFunc, which is told the intent's host. URLs with
+// user:password@, or with a query parameter such as api_key, token or
+// client_secret, are refused (unless Config.AllowURLCredentials). Outcomes
+// keep only the response headers of Config.OutcomeHeaders, and with
+// Config.OmitOutcomeBody only their status and replay marker.
+//
+// # Where the queue lives
+//
+// The queue records the host and absolute path of its first open, and each
+// intent the instance that queued it. A copy of the file opened on another
+// host or at another path does not send the pending intents it did not
+// queue (they may have been sent already, and their server's window may
+// be over): Do and Wait return a [*ForeignIntentError] for them, Run skips
+// them, and [Client.Adopt] sends them on purpose. In-memory databases are
+// refused.
 //
 // # Many processes
 //

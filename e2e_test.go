@@ -33,6 +33,8 @@ type e2eServer struct {
 	hold func(r *http.Request)
 	// front, if set, sees every request first and may answer it instead.
 	front func(w http.ResponseWriter, r *http.Request, next http.Handler) bool
+	// answer, if set, is the handler's own answer instead of 201.
+	answer func(w http.ResponseWriter)
 }
 
 func (s *e2eServer) setHold(f func(r *http.Request)) {
@@ -81,6 +83,13 @@ func newE2EServer(t *testing.T, cfg *server.Config) *e2eServer {
 		if hold != nil {
 			hold(r)
 		}
+		s.mu.Lock()
+		answer := s.answer
+		s.mu.Unlock()
+		if answer != nil {
+			answer(w)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"charge":%d}`, n)
@@ -106,7 +115,7 @@ func (s *e2eServer) seenKeys() []string {
 	return append([]string(nil), s.keys...)
 }
 
-func authHook(r *http.Request) error {
+func authHook(_ string, r *http.Request) error {
 	r.Header.Set("Authorization", "Bearer acct_1")
 	return nil
 }
@@ -266,9 +275,9 @@ func TestE2E_HorizonAndShorterWindow(t *testing.T) {
 		mu.Unlock()
 		rec := httptest.NewRecorder()
 		next.ServeHTTP(rec, r)
-		for k, v := range rec.Header() {
-			w.Header()[k] = v
-		}
+		// The gateway passes the window on, not the server's replay
+		// marker (a replay would be final).
+		w.Header().Set(server.HeaderWindow, rec.Header().Get(server.HeaderWindow))
 		clock.Advance(2 * time.Minute)
 		// The handler ran; the gateway in front fails. Not stored: 5xx.
 		w.WriteHeader(http.StatusBadGateway)
@@ -344,44 +353,104 @@ func TestE2E_CrashResumesWithSameKey(t *testing.T) {
 	require.Less(t, log[0].Token, log[len(log)-1].Token, "taken over with a new fencing token")
 }
 
-// TestE2E_KeysArriveExactly: keys that HTTP would mangle if sent bare
-// (surrounding spaces, a leading quote, a comma) are sent as RFC 8941
-// strings, so the server sees exactly the client's key; keys that cannot
-// be sent faithfully are refused before anything is queued.
+// TestE2E_KeysArriveExactly: under the idemkit profile keys go out bare,
+// and a key that HTTP would mangle bare (surrounding spaces, a leading
+// quote, a comma) is refused before anything is queued, never quoted
+// behind the caller's back; under the IETF profile every key goes out as an
+// RFC 8941 string, and the server sees exactly the client's key.
 func TestE2E_KeysArriveExactly(t *testing.T) {
 	t.Parallel()
 	s := newE2EServer(t, nil)
 	var mu sync.Mutex
-	var seen []string
+	var seen, raw []string
 	s.setFront(func(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
 		k, err := server.ParseKey(r.Header.Values("Idempotency-Key"))
 		if err == nil {
 			mu.Lock()
 			seen = append(seen, k)
+			raw = append(raw, r.Header.Get("Idempotency-Key"))
 			mu.Unlock()
 		}
 		return false
 	})
+	mangled := []string{" padded ", `"collide"`, "a,b"}
+
 	cfg := testConfig()
 	cfg.SendHookFunc = authHook
-	b := setup(t, cfg, nil)
-	keys := []string{"padded", " padded ", "collide", `"collide"`, "a,b", `back\slash "q"`, "ключ-1"}
-	for i, key := range keys {
+	bare := setup(t, cfg, nil)
+	for _, key := range mangled {
+		req := charge(s.srv.URL)
+		req.Key = key
+		_, err := bare.c.Do(testCtx(t), req)
+		require.ErrorIs(t, err, ErrInvalidRequest, "key %q", key)
+	}
+	for i, key := range []string{"padded", "ключ-1", `back\slash "q"`} {
 		req := charge(s.srv.URL)
 		req.Key = key
 		req.Body = []byte(fmt.Sprintf(`{"amount": %d}`, i+1))
-		in, err := b.c.Do(testCtx(t), req)
+		_, err := bare.c.Do(testCtx(t), req)
+		require.NoError(t, err, "key %q", key)
+	}
+	require.Equal(t, []string{"padded", "ключ-1", `back\slash "q"`}, raw, "sent bare")
+
+	ietf, _ := KnownProfile("ietf")
+	cfg = testConfig()
+	cfg.SendHookFunc = authHook
+	cfg.Profile = &ietf
+	quoted := setup(t, cfg, nil)
+	mu.Lock()
+	seen, raw = nil, nil
+	mu.Unlock()
+	keys := append([]string{"collide", `back\slash "q2"`}, mangled...)
+	for i, key := range keys {
+		req := charge(s.srv.URL)
+		req.Key = key
+		req.Body = []byte(fmt.Sprintf(`{"amount": %d}`, i+10))
+		in, err := quoted.c.Do(testCtx(t), req)
 		require.NoError(t, err, "key %q", key)
 		require.False(t, in.Outcome.Replayed, "key %q got another intent's replay", key)
 	}
 	require.Equal(t, keys, seen)
-	require.EqualValues(t, len(keys), s.effects.Load())
+	require.Equal(t, `"collide"`, raw[0], "sent as an sf-string")
+	require.EqualValues(t, 3+len(keys), s.effects.Load())
 
-	for _, bad := range []string{"a\u0085b", "tab\there", " ключ ", "\"ключ\""} {
-		_, err := b.c.Do(testCtx(t), &Request{URL: s.srv.URL + "/charges", Key: bad})
+	for _, bad := range []string{"a\u0085b", "tab\there", "ключ"} {
+		_, err := quoted.c.Do(testCtx(t), &Request{URL: s.srv.URL + "/charges", Key: bad})
 		require.ErrorIs(t, err, ErrInvalidRequest, "key %q", bad)
 	}
-	counts, err := b.c.Counts(testCtx(t))
-	require.NoError(t, err)
-	require.Equal(t, map[IntentState]int{StateSucceeded: len(keys)}, counts)
+}
+
+// TestE2E_HandlerConflictIsFinal: a handler's own 409 or 429 behind the
+// real middleware (no in-flight problem type, no Retry-After) is a
+// definitive answer: failed after one attempt, not retried for a day and
+// then "expired". The middleware stores it; another client sending the
+// same key gets it replayed, which is final too.
+func TestE2E_HandlerConflictIsFinal(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{http.StatusConflict, http.StatusTooManyRequests} {
+		s := newE2EServer(t, nil)
+		s.mu.Lock()
+		s.answer = func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			fmt.Fprint(w, `{"error":"invoice already paid"}`)
+		}
+		s.mu.Unlock()
+		var ins []*Intent
+		for range 2 {
+			cfg := testConfig()
+			cfg.SendHookFunc = authHook
+			b := setup(t, cfg, nil)
+			req := charge(s.srv.URL)
+			req.Key = fmt.Sprintf("invoice-%d", status)
+			in, err := b.c.Do(testCtx(t), req)
+			require.ErrorIs(t, err, ErrFailed, "status %d", status)
+			require.Equal(t, 1, in.Attempts)
+			require.Equal(t, status, in.Outcome.Status)
+			ins = append(ins, in)
+		}
+		require.False(t, ins[0].Outcome.Replayed)
+		require.True(t, ins[1].Outcome.Replayed, "the second client got the stored answer")
+		require.EqualValues(t, 1, s.effects.Load())
+	}
 }

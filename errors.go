@@ -9,10 +9,12 @@ import (
 // returned by [Client.Do] and [Client.Wait] wraps one of the outcome
 // sentinels and carries the [Intent].
 var (
-	// ErrKeyReused means the server answered 422: the key was used before
-	// with a different request. The intent ends [StateFailed]. (A 422 the
-	// server replays with Idempotent-Replayed: true is the handler's own
-	// stored answer to this request: ErrFailed.) Submit also
+	// ErrKeyReused means the server said the key was used before with a
+	// different request, as the host's [Profile] spells it (the idemkit
+	// server: 422 with its key-reused problem type; Stripe: 400
+	// idempotency_error; the IETF draft: 422). The intent ends
+	// [StateFailed]. (A replayed answer never means this: it is the
+	// handler's own stored answer to this request: ErrFailed.) Submit also
 	// returns it, without sending anything, when a caller-supplied key is
 	// already in the queue with a different request.
 	//
@@ -20,7 +22,8 @@ var (
 	ErrKeyReused = errors.New("idemkit: idempotency key reused with a different request")
 
 	// ErrFailed means the server gave a definitive answer that is not a
-	// success (a 3xx or a 4xx other than 408, 409, 425 and 429), or the
+	// success (a replayed error, a 3xx, or a 4xx that is not retried: see
+	// [DefaultCheckRetry] and [Profile]), or the
 	// retry policy gave up on a permanent error. The intent ends
 	// [StateFailed] and its Outcome holds the response, if there was one.
 	ErrFailed = errors.New("idemkit: request failed")

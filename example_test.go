@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 
 	"github.com/idemkit/idemkit"
@@ -40,7 +41,7 @@ func ExampleClient_Do() {
 
 	ctx := context.Background()
 	c, err := idemkit.Open(ctx, path, &idemkit.Config{
-		SendHookFunc: func(r *http.Request) error {
+		SendHookFunc: func(_ string, r *http.Request) error {
 			r.Header.Set("Authorization", "Bearer sk_test") // added at send time, never stored
 			return nil
 		},
@@ -99,7 +100,10 @@ func ExampleClient_Run() {
 // A 422 means the key was used before for another request.
 func ExampleErrKeyReused() {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The idemkit server's answer to a key reused with another request.
+		w.Header().Set("Content-Type", "application/problem+json")
 		w.WriteHeader(http.StatusUnprocessableEntity)
+		fmt.Fprint(w, `{"type":"https://github.com/idemkit/idemkit/blob/main/docs/problems.md#key-reused","status":422}`)
 	}))
 	defer srv.Close()
 	path, cleanup := exampleQueue()
@@ -158,4 +162,33 @@ func ExampleClient_SubmitTx() {
 	}
 	fmt.Println(got.Key, got.State)
 	// Output: o-1-fulfil pending
+}
+
+// Each host speaks its own idempotency dialect: here a server answering as
+// Stripe does to a key reused with other parameters.
+func ExampleKnownProfile() {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Println("key sent in", "Idempotency-Key:", r.Header.Get("Idempotency-Key") == "order-42")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, `{"error":{"type":"idempotency_error","message":"Keys for idempotent requests can only be used with the same parameters they were first used with."}}`)
+	}))
+	defer srv.Close()
+	path, cleanup := exampleQueue()
+	defer cleanup()
+
+	stripe, _ := idemkit.KnownProfile("stripe")
+	host := strings.TrimPrefix(srv.URL, "http://") // "api.stripe.com" in real life
+	c, err := idemkit.Open(context.Background(), path, &idemkit.Config{
+		Profiles: map[string]idemkit.Profile{host: stripe},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.Do(context.Background(), &idemkit.Request{URL: srv.URL + "/v1/charges", Key: "order-42"})
+	fmt.Println(errors.Is(err, idemkit.ErrKeyReused))
+	// Output:
+	// key sent in Idempotency-Key: true
+	// true
 }

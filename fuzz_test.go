@@ -28,7 +28,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 		}
 		// Whatever the server says, the schedule never passes the horizon.
 		horizon := now.Add(time.Hour)
-		if next, ok := schedule(now, horizon, 0, d, true, time.Second); ok && next.After(horizon) {
+		if next, ok := schedule(now, horizon, 0, d, true, 0, time.Second); ok && next.After(horizon) {
 			t.Fatalf("Retry-After %q scheduled at %v, after the horizon %v", v, next, horizon)
 		}
 	})

@@ -2,7 +2,6 @@ package idemkit
 
 import (
 	"crypto/sha256"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -21,8 +20,8 @@ const (
 	StatePending IntentState = "pending"
 	// StateSucceeded: the server answered 2xx, fresh or replayed.
 	StateSucceeded IntentState = "succeeded"
-	// StateFailed: a definitive answer that is not a success, such as a 4xx
-	// other than 408, 409, 425 and 429 (422 "key reused" included).
+	// StateFailed: a definitive answer that is not a success: a replayed
+	// error, or a 4xx that is not retried ("key reused" included).
 	StateFailed IntentState = "failed"
 	// StateExpired: the horizon passed without a definitive answer. The
 	// outcome is unknown and needs reconciliation.
@@ -73,7 +72,7 @@ type Intent struct {
 
 	Method string
 	URL    string
-	Header http.Header // as stored: without credential headers
+	Header http.Header // as stored: without credential headers (see Config.CredentialHeaders)
 	Body   []byte
 	// Fingerprint is the SHA-256 of the method, URL and body. Submitting the
 	// same key again with a different fingerprint is ErrKeyReused.
@@ -95,17 +94,26 @@ type Intent struct {
 	Outcome *Outcome
 	// LastError describes the last failed attempt or why the intent ended.
 	LastError string
+
+	// instance is the queue instance that queued it ("" if before 004).
+	instance string
 }
 
 // Outcome is the definitive response to an intent.
 type Outcome struct {
 	Status int
-	// Header is the response header, without Set-Cookie.
+	// Header is the response header as stored: the headers of
+	// Config.OutcomeHeaders and the profile's replay markers.
 	Header http.Header
 	Body   []byte
-	// Replayed is true when the server answered from its idempotency store
-	// (Idempotent-Replayed: true): the effect happened on an earlier attempt.
+	// Replayed is true when the server marked the answer as a replay from
+	// its idempotency store (Idempotent-Replayed: true, or the markers of
+	// the host's Profile): the effect, if any, happened on an earlier
+	// attempt, and the answer is final whatever its status.
 	Replayed bool
+
+	// keyReused: the host's profile read this answer as "key reused".
+	keyReused bool
 }
 
 // Attempt is one entry of an intent's attempt log.
@@ -151,8 +159,9 @@ type prepared struct {
 	fp                []byte
 }
 
-// prepare validates req and separates the credential headers.
-func prepare(req *Request, credNames []string) (*prepared, error) {
+// prepare validates req for the host's profile prof and separates the
+// credential headers.
+func prepare(req *Request, cfg *Config, prof *Profile) (*prepared, error) {
 	if req == nil {
 		return nil, invalidf("nil Request")
 	}
@@ -176,6 +185,9 @@ func prepare(req *Request, credNames []string) (*prepared, error) {
 	if u.User != nil {
 		return nil, invalidf("URL: user:password@ would be stored in the queue; send credentials with Config.SendHookFunc")
 	}
+	if err := cfg.checkQuery(u); err != nil {
+		return nil, err
+	}
 	if len(req.Body) > MaxBodySize {
 		return nil, invalidf("body is %d bytes, more than MaxBodySize (%d)", len(req.Body), MaxBodySize)
 	}
@@ -191,38 +203,34 @@ func prepare(req *Request, credNames []string) (*prepared, error) {
 	if p.body == nil {
 		p.body = []byte{}
 	}
-	isCred := map[string]bool{}
-	for _, n := range credNames {
-		isCred[http.CanonicalHeaderKey(n)] = true
-	}
 	for name, values := range req.Header {
 		if !validToken(name) {
 			return nil, invalidf("header name %q is not a valid HTTP token", name)
 		}
 		for _, v := range values {
-			if strings.ContainsAny(v, "\r\n\x00") {
-				return nil, invalidf("header %s: value contains CR, LF or NUL", name)
+			if !validHeaderValue(v) {
+				return nil, invalidf("header %s: value contains a control character (CR, LF, NUL, …), which no HTTP client may send", name)
 			}
 		}
 		cn := http.CanonicalHeaderKey(name)
 		switch {
-		case cn == "Idempotency-Key":
+		case cn == http.CanonicalHeaderKey(prof.KeyHeader):
 			if len(values) != 1 {
-				return nil, invalidf("Idempotency-Key header given %d times", len(values))
+				return nil, invalidf("%s header given %d times", cn, len(values))
 			}
 			if p.key == "" {
 				p.key = values[0]
 			} else if p.key != values[0] {
-				return nil, invalidf("Request.Key and the Idempotency-Key header differ")
+				return nil, invalidf("Request.Key and the %s header differ", cn)
 			}
-		case isCred[cn]:
+		case cfg.memoryOnly(cn):
 			p.creds[cn] = append([]string(nil), values...)
 		default:
 			p.header[cn] = append([]string(nil), values...)
 		}
 	}
 	if p.key != "" {
-		if err := validateKey(p.key); err != nil {
+		if err := prof.checkKey(p.key); err != nil {
 			return nil, err
 		}
 	}
@@ -230,9 +238,9 @@ func prepare(req *Request, credNames []string) (*prepared, error) {
 	return p, nil
 }
 
-// validateKey checks a key against the wire contract: 1 to 255 bytes of
-// valid UTF-8 without control characters (C0, DEL or C1), which survives the
-// trip to the server unchanged (see keyHeaderValue).
+// validateKey checks what every key must be, whatever the profile: 1 to
+// 255 bytes of valid UTF-8 without control characters (C0, DEL or C1).
+// Profile.checkKey adds what the profile's encoding can carry.
 func validateKey(k string) error {
 	if len(k) == 0 || len(k) > maxKeyLen {
 		return invalidf("key is %d bytes; it must be 1 to %d", len(k), maxKeyLen)
@@ -244,9 +252,6 @@ func validateKey(k string) error {
 		if unicode.IsControl(r) {
 			return invalidf("key has a control character (U+%04X) at byte %d", r, i)
 		}
-	}
-	if keyNeedsQuotes(k) && !printableASCII(k) {
-		return invalidf("key %q: a key that starts with a quote, contains a comma or has surrounding spaces must be printable ASCII (it is sent as an RFC 8941 string)", k)
 	}
 	return nil
 }
@@ -266,16 +271,6 @@ func printableASCII(s string) bool {
 		}
 	}
 	return true
-}
-
-// keyHeaderValue is the Idempotency-Key field value for k: bare when that is
-// unambiguous, else an RFC 8941 sf-string, so the server sees exactly k.
-func keyHeaderValue(k string) string {
-	if !keyNeedsQuotes(k) {
-		return k
-	}
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`)
-	return `"` + r.Replace(k) + `"`
 }
 
 // validToken reports whether s is an RFC 9110 token.
@@ -334,14 +329,16 @@ type row struct {
 	outcomeHeader                     []byte
 	outcomeBody                       []byte
 	outcomeReplayed                   *int64
+	outcomeKeyReused                  int64
 	lastError                         string
 	createdAt, updatedAt              string
+	instance                          *string
 }
 
 // rowColumns lists the columns scanned into a row, in scan order.
 const rowColumns = `id, key, state, method, url, host, header, body, fingerprint, attempts,
 	next_attempt_at, first_attempt_at, horizon, lease_token, outcome_status, outcome_header,
-	outcome_body, outcome_replayed, last_error, created_at, updated_at`
+	outcome_body, outcome_replayed, outcome_key_reused, last_error, created_at, updated_at, instance`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -349,7 +346,7 @@ func scanRow(s scanner) (*row, error) {
 	r := &row{}
 	err := s.Scan(&r.id, &r.key, &r.state, &r.method, &r.url, &r.host, &r.header, &r.body, &r.fp,
 		&r.attempts, &r.nextAttemptAt, &r.firstAttemptAt, &r.horizon, &r.leaseToken, &r.outcomeStatus,
-		&r.outcomeHeader, &r.outcomeBody, &r.outcomeReplayed, &r.lastError, &r.createdAt, &r.updatedAt)
+		&r.outcomeHeader, &r.outcomeBody, &r.outcomeReplayed, &r.outcomeKeyReused, &r.lastError, &r.createdAt, &r.updatedAt, &r.instance)
 	return r, err
 }
 
@@ -365,6 +362,9 @@ func decodeIntent(r *row) (*Intent, error) {
 	in := &Intent{
 		ID: r.id, Key: r.key, State: IntentState(r.state), Method: r.method, URL: r.url,
 		Body: r.body, Fingerprint: r.fp, Attempts: int(r.attempts), LastError: r.lastError,
+	}
+	if r.instance != nil {
+		in.instance = *r.instance
 	}
 	if r.id == "" {
 		return nil, bad("empty id", nil)
@@ -426,38 +426,7 @@ func decodeIntent(r *row) (*Intent, error) {
 			body = []byte{}
 		}
 		in.Outcome = &Outcome{Status: int(st), Header: oh, Body: body,
-			Replayed: r.outcomeReplayed != nil && *r.outcomeReplayed != 0}
+			Replayed: r.outcomeReplayed != nil && *r.outcomeReplayed != 0, keyReused: r.outcomeKeyReused != 0}
 	}
 	return in, nil
-}
-
-func encodeHeader(h http.Header) []byte {
-	if h == nil {
-		h = http.Header{}
-	}
-	b, _ := json.Marshal(h) // a map of string slices always marshals
-	return b
-}
-
-func decodeHeader(b []byte) (http.Header, error) {
-	h := http.Header{}
-	if len(b) == 0 {
-		return h, nil
-	}
-	var m map[string][]string
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, err
-	}
-	for k, v := range m {
-		if !validToken(k) {
-			return nil, fmt.Errorf("header name %q", k)
-		}
-		for _, s := range v {
-			if strings.ContainsAny(s, "\r\n\x00") {
-				return nil, fmt.Errorf("header %s: CR, LF or NUL in value", k)
-			}
-		}
-		h[http.CanonicalHeaderKey(k)] = append(h[http.CanonicalHeaderKey(k)], v...)
-	}
-	return h, nil
 }

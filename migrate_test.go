@@ -91,6 +91,7 @@ func TestMigrate_From001(t *testing.T) {
 		{"later", "pending", formatTime(now.Add(time.Hour)), 2, 2, nil},
 		{"paid", "succeeded", past, 2, 2, 201},
 		{"refused", "failed", past, 1, 1, 402},
+		{"reused", "failed", past, 1, 1, 422}, // a 001 client's "key reused"
 		{"unknown", "expired", past, 9, 3, nil},
 		{"dropped", "canceled", past, 0, 0, nil},
 	}
@@ -102,6 +103,9 @@ func TestMigrate_From001(t *testing.T) {
 		var hdr, body, replayed any
 		if in.status != nil {
 			hdr, body, replayed = []byte(`{"Content-Type":["application/json"]}`), []byte(`{"id":"pay_1"}`), 1
+			if in.status == 422 {
+				replayed = 0
+			}
 		}
 		_, err := db.ExecContext(ctx, `INSERT INTO idemkit_intents (id, key, state, method, url, host, header, body, fingerprint,
 			attempts, next_attempt_at, first_attempt_at, horizon, lease_token, outcome_status, outcome_header, outcome_body,
@@ -129,7 +133,7 @@ func TestMigrate_From001(t *testing.T) {
 
 	c, err := Open(ctx, path, testConfig())
 	require.NoError(t, err)
-	require.Equal(t, []int{1, 2}, migrationVersions(t, db))
+	require.Equal(t, []int{1, 2, 3, 4}, migrationVersions(t, db))
 	for table, rows := range before {
 		after, _ := snapshot(t, db, table, columns[table])
 		require.Equal(t, rows, after, "%s is unchanged by the migration", table)
@@ -145,6 +149,18 @@ func TestMigrate_From001(t *testing.T) {
 	require.Equal(t, StateSucceeded, paid.State)
 	require.Equal(t, 201, paid.Outcome.Status)
 	require.True(t, paid.Outcome.Replayed)
+	require.Equal(t, http.Header{"Content-Type": {"application/json"}}, paid.Outcome.Header, "a JSON header row still reads")
+	// 003 keeps what a 001 client meant: a fresh 422 was "key reused".
+	for id, want := range map[string]error{"reused": ErrKeyReused, "refused": ErrFailed, "paid": nil} {
+		in, err := c.Get(ctx, id)
+		require.NoError(t, err)
+		if want == nil {
+			require.NoError(t, result(in), id)
+			continue
+		}
+		require.ErrorIs(t, result(in), want, id)
+	}
+	require.NotErrorIs(t, result(mustGet(t, c, "refused")), ErrKeyReused)
 
 	// The 001 client's lease names no holder: it runs out as before.
 	c.takeOver(ctx, "")
@@ -166,7 +182,7 @@ func TestMigrate_From001(t *testing.T) {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	c2 := (&testBundle{path: path}).reopen(t, testConfig())
-	require.Equal(t, []int{1, 2}, migrationVersions(t, db))
+	require.Equal(t, []int{1, 2, 3, 4}, migrationVersions(t, db))
 	in, err := c2.Do(ctx, &Request{URL: srv.URL + "/new-charge", Key: "after-migration"})
 	require.NoError(t, err)
 	require.Equal(t, StateSucceeded, in.State)
@@ -271,4 +287,11 @@ func TestQueue_LeaseOwnerLifecycle(t *testing.T) {
 	_, err = db.ExecContext(ctx, `UPDATE idemkit_intents SET lease_token = lease_token + 1, lease_owner = 'h/2/1' WHERE id = ?`, rel.ID)
 	require.NoError(t, err)
 	require.Equal(t, "h/2/1", *ownerOf(rel.ID), "a takeover by another holder names it")
+}
+
+func mustGet(t *testing.T, c *Client, id string) *Intent {
+	t.Helper()
+	in, err := c.Get(testCtx(t), id)
+	require.NoError(t, err)
+	return in
 }

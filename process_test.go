@@ -41,7 +41,7 @@ func childConfig(name string) *Config {
 		AttemptTimeout: 2 * time.Second,
 		pollInterval:   20 * time.Millisecond,
 		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		SendHookFunc: func(r *http.Request) error {
+		SendHookFunc: func(_ string, r *http.Request) error {
 			r.Header.Set("Authorization", "Bearer child")
 			r.Header.Set("X-Child", name)
 			return nil

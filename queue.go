@@ -80,6 +80,10 @@ type queue struct {
 	// owner is this process's lease owner (see leaseOwner), written with
 	// every lease it takes or renews.
 	owner string
+	// self is this client's instance, "host|path", written with every
+	// intent it queues; origin is the instance the queue recorded first
+	// (see instance.go).
+	self, origin string
 
 	// batches counts group commits; waiting counts Submit calls waiting for
 	// one (both for tests and the curious).
@@ -208,22 +212,24 @@ func (q *queue) migrate(ctx context.Context, now time.Time) error {
 
 const (
 	sqlInsertIntent = `INSERT INTO idemkit_intents
-	(id, key, state, method, url, host, header, body, fingerprint, attempts, next_attempt_at, created_at, updated_at)
-	VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)
+	(id, key, state, method, url, host, header, body, fingerprint, attempts, next_attempt_at, created_at, updated_at, instance)
+	VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)
 	ON CONFLICT (key) DO NOTHING
 	RETURNING id`
 
 	sqlSelectByKey = `SELECT ` + rowColumns + ` FROM idemkit_intents WHERE key = ?`
 	sqlSelectByID  = `SELECT ` + rowColumns + ` FROM idemkit_intents WHERE id = ?`
 
-	// sqlSelectDue is the indexed due lookup (idemkit_intents_due).
+	// sqlSelectDue is the indexed due lookup (idemkit_intents_due), of
+	// this instance's intents only (?2 the recorded origin, ?3 self).
 	sqlSelectDue = `SELECT ` + rowColumns + ` FROM idemkit_intents
-	WHERE state = 'pending' AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT 1`
+	WHERE state = 'pending' AND next_attempt_at <= ?1 AND COALESCE(instance, ?2) = ?3
+	ORDER BY next_attempt_at LIMIT 1`
 
 	sqlSelectDueID = `SELECT ` + rowColumns + ` FROM idemkit_intents
 	WHERE id = ? AND state = 'pending' AND next_attempt_at <= ?`
 
-	sqlNextDue = `SELECT MIN(next_attempt_at) FROM idemkit_intents WHERE state = 'pending'`
+	sqlNextDue = `SELECT MIN(next_attempt_at) FROM idemkit_intents WHERE state = 'pending' AND COALESCE(instance, ?1) = ?2`
 
 	sqlHostWindow = `SELECT window_seconds FROM idemkit_hosts WHERE host = ?`
 
@@ -268,7 +274,7 @@ const (
 
 	sqlFinish = `UPDATE idemkit_intents SET
 		state = ?1, outcome_status = ?2, outcome_header = ?3, outcome_body = ?4, outcome_replayed = ?5,
-		last_error = ?6, updated_at = ?7, next_attempt_at = ?7, lease_owner = NULL
+		outcome_key_reused = ?10, last_error = ?6, updated_at = ?7, next_attempt_at = ?7, lease_owner = NULL
 	WHERE id = ?8 AND lease_token = ?9 AND state = 'pending'`
 
 	sqlCancel = `UPDATE idemkit_intents SET state = 'canceled', last_error = 'canceled', updated_at = ?1, next_attempt_at = ?1,
@@ -276,6 +282,8 @@ const (
 	WHERE id = ?2 AND state = 'pending'`
 
 	sqlQuarantine = `UPDATE idemkit_intents SET next_attempt_at = ? WHERE id = ?`
+
+	sqlNthLastAttempt = `SELECT started_at FROM idemkit_attempts WHERE intent_id = ? ORDER BY n DESC LIMIT 1 OFFSET ?`
 
 	sqlSelectAttempts = `SELECT n, token, started_at, finished_at, status, error, replayed
 	FROM idemkit_attempts WHERE intent_id = ? ORDER BY n`
@@ -315,7 +323,7 @@ func (q *queue) insertBatch(ctx context.Context, ops []*submitOp) {
 				results[i].err = err
 				continue
 			}
-			in, err := insertOne(ctx, ex, stmt, op.p, op.id, op.now)
+			in, err := insertOne(ctx, ex, stmt, op.p, op.id, op.now, q.self)
 			if err != nil && !errors.Is(err, ErrKeyReused) {
 				return err
 			}
@@ -334,11 +342,11 @@ func (q *queue) insertBatch(ctx context.Context, ops []*submitOp) {
 
 // insertOne inserts one intent, or returns the intent already queued under
 // the same key when its fingerprint matches (ErrKeyReused otherwise).
-func insertOne(ctx context.Context, ex execer, stmt *sql.Stmt, p *prepared, id string, now time.Time) (*Intent, error) {
+func insertOne(ctx context.Context, ex execer, stmt *sql.Stmt, p *prepared, id string, now time.Time, instance string) (*Intent, error) {
 	ts := formatTime(now)
 	var got string
 	var err error
-	args := []any{id, p.key, p.method, p.url, p.host, encodeHeader(p.header), p.body, p.fp, ts, ts, ts}
+	args := []any{id, p.key, p.method, p.url, p.host, encodeHeader(p.header), p.body, p.fp, ts, ts, ts, instance}
 	if stmt != nil {
 		err = stmt.QueryRowContext(ctx, args...).Scan(&got)
 	} else {
@@ -348,7 +356,8 @@ func insertOne(ctx context.Context, ex execer, stmt *sql.Stmt, p *prepared, id s
 	case err == nil:
 		at, _ := parseTime(ts)
 		return &Intent{ID: id, Key: p.key, State: StatePending, Method: p.method, URL: p.url,
-			Header: p.header, Body: p.body, Fingerprint: p.fp, NextAttemptAt: at, CreatedAt: at, UpdatedAt: at}, nil
+			Header: p.header, Body: p.body, Fingerprint: p.fp, NextAttemptAt: at, CreatedAt: at, UpdatedAt: at,
+			instance: instance}, nil
 	case !errors.Is(err, sql.ErrNoRows):
 		return nil, err
 	}
@@ -394,12 +403,16 @@ func (q *queue) insertClaim(ctx context.Context, p *prepared, id string, now tim
 	var in *Intent
 	cl, err := q.claimTx(ctx, "", func(ex execer) (string, error) {
 		var err error
-		in, err = insertOne(ctx, ex, nil, p, id, now)
+		in, err = insertOne(ctx, ex, nil, p, id, now, q.self)
 		if err != nil {
 			return "", err
 		}
 		return in.ID, nil
 	}, now, lease, plan)
+	var fe *ForeignIntentError
+	if errors.As(err, &fe) {
+		return in, nil, err // committed: the intent is queued, elsewhere's
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -420,7 +433,7 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 		}
 		var sr *sql.Row
 		if id == "" {
-			sr = ex.QueryRowContext(ctx, sqlSelectDue, formatTime(now))
+			sr = ex.QueryRowContext(ctx, sqlSelectDue, formatTime(now), q.origin, q.self)
 		} else {
 			sr = ex.QueryRowContext(ctx, sqlSelectDueID, id, formatTime(now))
 		}
@@ -432,6 +445,12 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 			return err
 		}
 		in, err := decodeIntent(r)
+		if err == nil {
+			if ferr := q.foreign(in); ferr != nil {
+				decodeErr = ferr // not claimed: queued at another instance
+				return nil
+			}
+		}
 		if err != nil {
 			// Quarantine the row for an hour so the worker moves on.
 			decodeErr = err
@@ -451,7 +470,7 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 			if in.LastError != "" {
 				msg += "; last error: " + in.LastError
 			}
-			if _, err := ex.ExecContext(ctx, sqlFinish, string(StateExpired), nil, nil, nil, nil, msg, ts, in.ID, r.leaseToken); err != nil {
+			if _, err := ex.ExecContext(ctx, sqlFinish, string(StateExpired), nil, nil, nil, nil, msg, ts, in.ID, r.leaseToken, 0); err != nil {
 				return err
 			}
 			in.State, in.LastError, in.UpdatedAt = StateExpired, msg, now.Truncate(time.Millisecond)
@@ -504,6 +523,24 @@ func (q *queue) startAttempt(ctx context.Context, id string, token int64, now, h
 	}
 	h, _ := parseTime(hz)
 	return n, h, nil
+}
+
+// nthLastAttempt returns the start time of the intent's n-th most recent
+// attempt, or the zero time if it has fewer than n.
+func (q *queue) nthLastAttempt(ctx context.Context, id string, n int) (time.Time, error) {
+	var s string
+	err := q.db.QueryRowContext(ctx, sqlNthLastAttempt, id, n-1).Scan(&s)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, interpretError(err)
+	}
+	t, err := parseTime(s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: attempt of %s: %v", ErrQueueCorrupt, id, err)
+	}
+	return t, nil
 }
 
 // attemptResult is what an attempt produced, as logged.
@@ -572,13 +609,14 @@ func (q *queue) finish(ctx context.Context, id string, token int64, now time.Tim
 			}
 		}
 		var st, hdr, body, rep any
+		reused := 0
 		if o != nil {
-			st, hdr, body, rep = o.Status, encodeHeader(o.Header), o.Body, boolInt(o.Replayed)
+			st, hdr, body, rep, reused = o.Status, encodeHeader(o.Header), o.Body, boolInt(o.Replayed), boolInt(o.keyReused)
 			if o.Body == nil {
 				body = []byte{}
 			}
 		}
-		res, err := ex.ExecContext(ctx, sqlFinish, string(state), st, hdr, body, rep, lastErr, formatTime(now), id, token)
+		res, err := ex.ExecContext(ctx, sqlFinish, string(state), st, hdr, body, rep, lastErr, formatTime(now), id, token, reused)
 		if err != nil {
 			return err
 		}
@@ -725,7 +763,7 @@ func (q *queue) counts(ctx context.Context) (map[IntentState]int, error) {
 // zero time when none is pending.
 func (q *queue) nextDue(ctx context.Context) (time.Time, error) {
 	var s *string
-	if err := q.db.QueryRowContext(ctx, sqlNextDue).Scan(&s); err != nil {
+	if err := q.db.QueryRowContext(ctx, sqlNextDue, q.origin, q.self).Scan(&s); err != nil {
 		return time.Time{}, interpretError(err)
 	}
 	if s == nil {

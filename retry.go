@@ -37,11 +37,16 @@ const (
 	BackoffCapDefault = 30 * time.Second
 )
 
-// DefaultCheckRetry retries network errors and timeouts, 408, 409 (the
-// server's "still in progress"), 425, 429 and every 5xx except 501. It gives
-// up on errors no retry can fix (an unsupported scheme, a bad TLS
+// DefaultCheckRetry retries network errors and timeouts, 408, 425, every
+// 5xx except 501, and a 409 or 429 that carries a valid Retry-After (the
+// server asking to come back later). A 409 or 429 without one is a
+// definitive answer unless the host's [Profile] lists it in Retry (the
+// idemkit server's in-flight problem, Stripe's idempotency_key_in_use):
+// a handler's own "invoice already paid" 409 is not retried for a day. It
+// gives up on errors no retry can fix (an unsupported scheme, a bad TLS
 // certificate, too many redirects) and when ctx ends. Anything else is a
-// definitive answer.
+// definitive answer. The Client never calls it for a replayed answer,
+// which is always final.
 func DefaultCheckRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
 	if cerr := ctx.Err(); cerr != nil {
 		return false, cerr
@@ -55,8 +60,11 @@ func DefaultCheckRetry(ctx context.Context, resp *http.Response, err error) (boo
 	switch s := resp.StatusCode; {
 	case s == 0:
 		return true, nil
-	case s == http.StatusRequestTimeout, s == http.StatusConflict, s == http.StatusTooEarly, s == http.StatusTooManyRequests:
+	case s == http.StatusRequestTimeout, s == http.StatusTooEarly:
 		return true, nil
+	case s == http.StatusConflict, s == http.StatusTooManyRequests:
+		_, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		return ok, nil
 	case s == http.StatusNotImplemented:
 		return false, nil
 	case s >= 500:
@@ -176,20 +184,23 @@ func parseWindow(h http.Header) (time.Duration, bool) {
 	return time.Duration(secs) * time.Second, true
 }
 
-// schedule is the pure wait computation of the Client: given the policy's
-// wait, the server's Retry-After (if any), now and the horizon, it returns
-// when the next attempt may start, or ok false when no attempt may start
-// before the horizon. A wait that would end past the horizon is cut short
-// so that one last attempt starts lead before the horizon.
-// minServerWait is the shortest wait a Retry-After can ask for.
+// minServerWait is the floor added to the backoff when a Retry-After asks
+// for less than floor plus backoff.
 const minServerWait = 100 * time.Millisecond
 
-func schedule(now, horizon time.Time, backoff, serverWait time.Duration, hasServerWait bool, lead time.Duration) (time.Time, bool) {
-	wait := backoff
+// schedule is the pure wait computation of the Client: given the policy's
+// backoff, the server's Retry-After (if any), the profile's shortest wait,
+// now and the horizon, it returns when the next attempt may start, or ok
+// false when no attempt may start before the horizon. A Retry-After is
+// honoured but never shortens the wait below minServerWait plus the
+// backoff, which grows with every attempt: a "Retry-After: 0" (or a date
+// already past, or the same short value over and over) cannot turn into a
+// hot loop. A wait that would end past the horizon is cut short so that one
+// last attempt starts lead before the horizon.
+func schedule(now, horizon time.Time, backoff, serverWait time.Duration, hasServerWait bool, minWait, lead time.Duration) (time.Time, bool) {
+	wait := max(backoff, minWait)
 	if hasServerWait {
-		// A Retry-After replaces the backoff, but "0" (or a date already
-		// past) must not turn into a hot loop until the horizon.
-		wait = max(serverWait, minServerWait)
+		wait = max(serverWait, minServerWait+backoff, minWait)
 	}
 	if wait < 0 {
 		wait = 0

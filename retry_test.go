@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,11 +114,19 @@ func TestDefaultCheckRetry(t *testing.T) {
 	ctx := context.Background()
 	for status, want := range map[int]bool{
 		200: false, 201: false, 302: false, 400: false, 401: false, 404: false, 422: false,
-		408: true, 409: true, 425: true, 429: true, 500: true, 502: true, 503: true, 504: true, 501: false,
+		408: true, 409: false, 425: true, 429: false, 500: true, 502: true, 503: true, 504: true, 501: false,
 	} {
 		got, err := DefaultCheckRetry(ctx, &http.Response{StatusCode: status}, nil)
 		require.NoError(t, err)
 		require.Equal(t, want, got, "status %d", status)
+	}
+	// A 409 or 429 is "come back later" only with a Retry-After.
+	for _, status := range []int{409, 429} {
+		for ra, want := range map[string]bool{"1": true, "0": true, "Tue, 01 Dec 2026 09:00:30 GMT": true, "soon": false, "-1": false} {
+			got, err := DefaultCheckRetry(ctx, &http.Response{StatusCode: status, Header: http.Header{"Retry-After": {ra}}}, nil)
+			require.NoError(t, err)
+			require.Equal(t, want, got, "status %d, Retry-After %q", status, ra)
+		}
 	}
 	got, err := DefaultCheckRetry(ctx, nil, errors.New("connection reset by peer"))
 	require.NoError(t, err)
@@ -154,14 +163,20 @@ func TestSchedule(t *testing.T) {
 	}{
 		{"backoff", now, 2 * time.Second, 0, false, now.Add(2 * time.Second), true},
 		{"server wait wins", now, 2 * time.Second, 10 * time.Second, true, now.Add(10 * time.Second), true},
-		{"server says now: a floor, not a hot loop", now, 2 * time.Second, 0, true, now.Add(minServerWait), true},
+		{"server says now: floor plus backoff, not a hot loop", now, 2 * time.Second, 0, true, now.Add(minServerWait + 2*time.Second), true},
+		{"a short server wait under a grown backoff: the backoff", now, 20 * time.Second, time.Second, true, now.Add(minServerWait + 20*time.Second), true},
+		{"the profile's shortest wait", now, time.Second, 0, false, now.Add(30 * time.Second), true},
 		{"a year is clamped to the horizon", now, 0, 365 * 24 * time.Hour, true, horizon.Add(-lead), true},
 		{"exactly at the horizon", now, time.Hour, 0, false, horizon, true},
 		{"past the horizon", horizon.Add(time.Millisecond), time.Millisecond, 0, false, time.Time{}, false},
 		{"too close to clamp", horizon.Add(-lead / 2), time.Minute, 0, false, time.Time{}, false},
 		{"negative wait", now, -time.Second, 0, false, now, true},
 	} {
-		got, ok := schedule(tc.now, horizon, tc.backoff, tc.server, tc.hasServer, lead)
+		minWait := time.Duration(0)
+		if strings.HasPrefix(tc.name, "the profile") {
+			minWait = 30 * time.Second
+		}
+		got, ok := schedule(tc.now, horizon, tc.backoff, tc.server, tc.hasServer, minWait, lead)
 		require.Equal(t, tc.wantOK, ok, tc.name)
 		require.Equal(t, tc.want, got, tc.name)
 		if ok {

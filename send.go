@@ -1,6 +1,7 @@
 package idemkit
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -32,15 +33,19 @@ const (
 // drive is the state of one claim of one intent, shared by the
 // go-retryablehttp hooks of its engine.
 type drive struct {
-	c       *Client
-	in      *Intent
-	host    string
-	token   int64
-	n       int // current attempt number
-	retries int
-	first   time.Time
-	win     time.Duration // effective window
-	horizon time.Time
+	c    *Client
+	in   *Intent
+	host string
+	// hookHost is the URL's host, as SendHookFunc and Config.Profiles
+	// name it.
+	hookHost string
+	prof     *Profile // the host's dialect
+	token    int64
+	n        int // current attempt number
+	retries  int
+	first    time.Time
+	win      time.Duration // effective window
+	horizon  time.Time
 
 	stop     stopKind
 	stopErr  error
@@ -50,6 +55,10 @@ type drive struct {
 	logged   int            // the number of the attempt last logged, 0 if none
 	lastErr  string
 	hookFail error
+
+	// The last response, as classified by checkRetry.
+	body      []byte // read up to MaxBodySize+1 bytes
+	keyReused bool
 }
 
 // plan returns the planFunc for a claim at now.
@@ -59,7 +68,8 @@ func (c *Client) plan(now time.Time) planFunc {
 		if first.IsZero() {
 			first = now
 		}
-		h := first.Add(c.effectiveWindow(hostWindow) - c.margin(c.effectiveWindow(hostWindow)))
+		w := c.effectiveWindow(c.cfg.profileFor(in.URL), hostWindow)
+		h := first.Add(w - c.margin(w))
 		if !in.Horizon.IsZero() && in.Horizon.Before(h) {
 			h = in.Horizon
 		}
@@ -67,11 +77,22 @@ func (c *Client) plan(now time.Time) planFunc {
 	}
 }
 
-func (c *Client) effectiveWindow(hostWindow time.Duration) time.Duration {
-	if hostWindow > 0 && hostWindow < c.cfg.Window {
-		return hostWindow
+// baseWindow is the window the client relies on for a host of prof: the
+// profile's published window, else Config.Window.
+func (c *Client) baseWindow(prof *Profile) time.Duration {
+	if prof.Window > 0 {
+		return prof.Window
 	}
 	return c.cfg.Window
+}
+
+// effectiveWindow is baseWindow, shortened to the Idempotency-Window the
+// host advertised (0 if none).
+func (c *Client) effectiveWindow(prof *Profile, hostWindow time.Duration) time.Duration {
+	if base := c.baseWindow(prof); hostWindow <= 0 || hostWindow >= base {
+		return base
+	}
+	return hostWindow
 }
 
 func (c *Client) margin(win time.Duration) time.Duration { return min(c.cfg.SafetyMargin, win/10) }
@@ -96,8 +117,23 @@ func (c *Client) driveID(ctx context.Context, id string) (*Intent, error) {
 }
 
 // driveClaimed is driveID starting with a claim already taken (if first is
-// not nil).
-func (c *Client) driveClaimed(ctx context.Context, id string, first *claimed) (*Intent, error) {
+// not nil). Whatever ends it, it returns the intent as stored (or, if the
+// queue cannot be read, as last known), so the caller has its id.
+func (c *Client) driveClaimed(ctx context.Context, id string, first *claimed) (in *Intent, err error) {
+	var last *Intent
+	if first != nil {
+		last = first.in
+	}
+	defer func() {
+		if in != nil || errors.Is(err, ErrNotFound) {
+			return
+		}
+		if got, gerr := c.q.get(context.WithoutCancel(ctx), id); gerr == nil {
+			in = got
+		} else {
+			in = last
+		}
+	}()
 	release := func() {
 		if first != nil && !first.expired {
 			// Nothing was sent: hand the claim back at once.
@@ -131,7 +167,8 @@ func (c *Client) driveClaimed(ctx context.Context, id string, first *claimed) (*
 			if ctx.Err() != nil {
 				return c.pendingResult(ctx, id)
 			}
-			return nil, err
+			in, _ := c.q.get(context.WithoutCancel(ctx), id)
+			return in, err
 		}
 		if cl != nil && cl.expired {
 			c.ended(cl.in)
@@ -155,6 +192,9 @@ func (c *Client) driveClaimed(ctx context.Context, id string, first *claimed) (*
 		}
 		if in.State != StatePending {
 			return in, result(in)
+		}
+		if err := c.q.foreign(in); err != nil {
+			return in, err
 		}
 		if err := c.sleepUntil(ctx, in.NextAttemptAt, ch); err != nil {
 			return c.pendingResult(ctx, id)
@@ -268,8 +308,12 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 	d := &drive{c: c, in: in, token: cl.token, n: cl.attempt, retries: max(cl.attempt-1, 0),
 		first: in.FirstAttemptAt, horizon: in.Horizon}
 	d.host = hostOf(in.URL)
-	d.win = c.cfg.Window
-	if w := in.Horizon.Sub(in.FirstAttemptAt) + c.margin(c.cfg.Window); w < d.win {
+	d.prof = c.cfg.profileFor(in.URL)
+	if u, err := url.Parse(in.URL); err == nil {
+		d.hookHost = strings.ToLower(u.Host)
+	}
+	d.win = c.baseWindow(d.prof)
+	if w := in.Horizon.Sub(in.FirstAttemptAt) + c.margin(d.win); w < d.win {
 		d.win = max(w, time.Second)
 	}
 	wctx := context.WithoutCancel(ctx)
@@ -279,18 +323,23 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 		body = in.Body
 	}
 	rreq, err := retryablehttp.NewRequestWithContext(ctx, in.Method, in.URL, body)
+	if err == nil {
+		// Queued under another configuration, the key may not fit the
+		// profile this process has for the host: never send it altered.
+		err = d.prof.checkKey(in.Key)
+	}
 	if err != nil {
 		// prepare() accepted it, so the stored row is bad.
 		now := c.now()
 		ferr := c.q.finish(wctx, in.ID, d.token, now, StateFailed, nil, "cannot build request: "+err.Error(),
 			&attemptResult{n: d.n, errText: err.Error()})
-		return c.after(wctx, in.ID, ferr)
+		return c.after(wctx, in, ferr)
 	}
 	rreq.Header = in.Header.Clone()
 	for k, v := range c.credsFor(in.ID) {
 		rreq.Header[k] = v
 	}
-	rreq.Header.Set("Idempotency-Key", keyHeaderValue(in.Key))
+	rreq.Header.Set(d.prof.KeyHeader, d.prof.keyValue(in.Key))
 	if err := d.sendHook(rreq.Request); err != nil {
 		return c.afterHookFailure(wctx, d, err)
 	}
@@ -307,47 +356,44 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 	}
 	switch d.stop {
 	case stopDefinitive:
-		body, rerr := io.ReadAll(io.LimitReader(resp.Body, MaxBodySize+1))
 		resp.Body.Close()
-		if rerr != nil {
-			// The answer was cut off: not definitive after all.
-			d.attempt.errText = "reading response body: " + rerr.Error()
-			next := now.Add(c.cfg.Backoff(BackoffBaseDefault, BackoffCapDefault, d.retries, nil))
-			err := c.q.reschedule(wctx, in.ID, d.token, now, next, d.horizon, d.attempt, d.attempt.errText, false)
-			return c.after(wctx, in.ID, err)
-		}
+		body := d.body
 		lastErr := ""
 		if len(body) > MaxBodySize {
 			body = body[:MaxBodySize]
 			lastErr = "response body cut at MaxBodySize"
 		}
-		hdr := resp.Header.Clone()
-		hdr.Del("Set-Cookie")
-		o := &Outcome{Status: resp.StatusCode, Header: hdr, Body: body, Replayed: d.attempt.replayed}
+		full := &Outcome{Status: resp.StatusCode, Header: resp.Header, Body: body, Replayed: d.attempt.replayed, keyReused: d.keyReused}
+		o := c.cfg.keptOutcome(full, d.prof, true)
 		state := StateSucceeded
-		if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		if resp.StatusCode < 200 || resp.StatusCode > 299 || d.keyReused {
 			state = StateFailed
 			if lastErr == "" {
 				lastErr = describe(resp, nil)
 			}
 		}
 		err := c.q.finish(wctx, in.ID, d.token, now, state, o, lastErr, d.attempt)
-		return c.after(wctx, in.ID, err)
+		got, err := c.after(wctx, in, err)
+		if got != nil && got.Outcome != nil && c.cfg.OmitOutcomeBody {
+			// Not on disk, but the caller of Do still gets the answer.
+			got.Outcome = c.cfg.keptOutcome(full, d.prof, false)
+		}
+		return got, err
 	case stopGiveUp:
 		msg := "gave up: " + redactErr(d.stopErr)
 		err := c.q.finish(wctx, in.ID, d.token, now, StateFailed, nil, msg, d.attempt)
-		return c.after(wctx, in.ID, err)
+		return c.after(wctx, in, err)
 	case stopReschedule:
 		c.log.Debug("idemkit: rescheduled", "intent", in.ID, "next", d.next)
 		err := c.q.reschedule(wctx, in.ID, d.token, now, d.next, d.horizon, d.attempt, d.lastErr, false)
-		return c.after(wctx, in.ID, err)
+		return c.after(wctx, in, err)
 	case stopExpire:
 		msg := "horizon " + formatTime(d.horizon) + " reached without a definitive answer"
 		if d.lastErr != "" {
 			msg += "; last error: " + d.lastErr
 		}
 		err := c.q.finish(wctx, in.ID, d.token, now, StateExpired, nil, msg, d.attempt)
-		return c.after(wctx, in.ID, err)
+		return c.after(wctx, in, err)
 	case stopLeaseLost:
 		return nil, errLeaseLost
 	case stopQueueErr:
@@ -382,17 +428,19 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 	}
 	next := now.Add(c.cfg.Backoff(BackoffBaseDefault, BackoffCapDefault, d.retries, nil))
 	err = c.q.reschedule(wctx, in.ID, d.token, now, next, d.horizon, a, msg, false)
-	return c.after(wctx, in.ID, err)
+	return c.after(wctx, in, err)
 }
 
 // after re-reads the intent once its claim is over, and announces its end.
-func (c *Client) after(ctx context.Context, id string, err error) (*Intent, error) {
+// When the queue write (err) or the read fails, it returns the intent as
+// it was claimed, with the error: the caller still has its id.
+func (c *Client) after(ctx context.Context, claimed *Intent, err error) (*Intent, error) {
 	if err != nil {
-		return nil, err
+		return claimed, err
 	}
-	in, err := c.q.get(ctx, id)
+	in, err := c.q.get(ctx, claimed.ID)
 	if err != nil {
-		return nil, err
+		return claimed, err
 	}
 	if in.State != StatePending {
 		c.ended(in)
@@ -406,17 +454,17 @@ func (c *Client) afterHookFailure(ctx context.Context, d *drive, herr error) (*I
 	next := now.Add(c.cfg.Backoff(BackoffBaseDefault, BackoffCapDefault, d.retries, nil))
 	if next.After(d.horizon) {
 		err := c.q.finish(ctx, d.in.ID, d.token, now, StateExpired, nil, msg, &attemptResult{n: d.n, errText: msg})
-		return c.after(ctx, d.in.ID, err)
+		return c.after(ctx, d.in, err)
 	}
 	err := c.q.reschedule(ctx, d.in.ID, d.token, now, next, d.horizon, &attemptResult{n: d.n, errText: msg}, msg, false)
-	return c.after(ctx, d.in.ID, err)
+	return c.after(ctx, d.in, err)
 }
 
 func (d *drive) sendHook(r *http.Request) error {
 	if d.c.cfg.SendHookFunc == nil {
 		return nil
 	}
-	return d.c.cfg.SendHookFunc(r)
+	return d.c.cfg.SendHookFunc(d.hookHost, r)
 }
 
 // errStop ends the engine's loop from PrepareRetry; the reason is in
@@ -452,19 +500,41 @@ func (d *drive) checkRetry(ctx context.Context, resp *http.Response, err error) 
 	c := d.c
 	now := c.now()
 	a := &attemptResult{n: d.n, host: d.host}
-	if resp != nil {
-		a.status = resp.StatusCode
-		a.replayed = strings.EqualFold(strings.TrimSpace(resp.Header.Get("Idempotent-Replayed")), "true")
-		if w, ok := parseWindow(resp.Header); ok {
-			a.learned = w
-			d.learn(w)
+	d.body, d.keyReused = nil, false
+	dec := decision{verdict: verdictPolicy}
+	if resp != nil && err == nil {
+		// Read the answer here: the profile may look into it, and a
+		// definitive one is stored. An answer cut off is no answer.
+		body, rerr := io.ReadAll(io.LimitReader(resp.Body, MaxBodySize+1))
+		resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		if rerr != nil {
+			resp, err = nil, fmt.Errorf("reading response body: %w", rerr)
+		} else {
+			d.body = body
+			a.status = resp.StatusCode
+			if w, ok := parseWindow(resp.Header); ok {
+				a.learned = w
+				d.learn(w)
+			}
+			dec = classify(d.prof, resp.StatusCode, resp.Header, body)
+			a.replayed = dec.replayed
 		}
 	}
 	if err != nil {
 		a.errText = redactErr(err)
 	}
 	d.attempt = a
-	retry, perr := c.cfg.CheckRetry(ctx, resp, err)
+	var retry bool
+	var perr error
+	switch dec.verdict {
+	case verdictFinal, verdictKeyReused:
+		d.keyReused = dec.verdict == verdictKeyReused
+	case verdictRetry:
+		retry = true
+	default:
+		retry, perr = c.cfg.CheckRetry(ctx, resp, err)
+	}
 	if cerr := ctx.Err(); cerr != nil {
 		d.stop = stopCanceled
 		return false, cerr
@@ -485,7 +555,20 @@ func (d *drive) checkRetry(ctx context.Context, resp *http.Response, err error) 
 	backoff := c.cfg.Backoff(BackoffBaseDefault, BackoffCapDefault, d.retries, resp)
 	d.retries++
 	serverWait, has := retryAfter(resp, now)
-	next, ok := schedule(now, d.horizon, backoff, serverWait, has, d.lead())
+	next, ok := schedule(now, d.horizon, backoff, serverWait, has, dec.minWait, d.lead())
+	if ok {
+		// The attempt budget: at most MaxAttemptsPerHour in any hour.
+		oldest, berr := c.q.nthLastAttempt(context.WithoutCancel(ctx), d.in.ID, c.cfg.MaxAttemptsPerHour)
+		if berr != nil {
+			d.stop, d.stopErr = stopQueueErr, berr
+			return false, berr
+		}
+		if allowed := oldest.Add(time.Hour); !oldest.IsZero() && allowed.After(next) {
+			next = allowed
+			d.lastErr += fmt.Sprintf("; %d attempts in the last hour (Config.MaxAttemptsPerHour)", c.cfg.MaxAttemptsPerHour)
+			ok = !next.After(d.horizon)
+		}
+	}
 	switch {
 	case !ok:
 		d.stop = stopExpire

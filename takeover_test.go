@@ -330,7 +330,7 @@ func newHeldServer(t *testing.T) *heldServer {
 	return s
 }
 
-func childAuth(r *http.Request) error {
+func childAuth(_ string, r *http.Request) error {
 	r.Header.Set("Authorization", "Bearer child") // the principal of childConfig
 	return nil
 }
@@ -525,7 +525,7 @@ func TestTakeover_SameProcessKept(t *testing.T) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.srv.URL+"/charges", strings.NewReader(`{}`))
 	require.NoError(t, err)
 	req.Header.Set("Idempotency-Key", "release")
-	require.NoError(t, childAuth(req))
+	require.NoError(t, childAuth("", req))
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()

@@ -40,7 +40,7 @@ request at send time and never stored (use them for credentials); -H Idempotency
 				// Added to every request, it would replace each intent's own key.
 				return usageError{fmt.Errorf("-H Idempotency-Key: every intent has its own key (give it to 'idemkit submit --key')")}
 			}
-			cfg := &idemkit.Config{Concurrency: concurrency, SendHookFunc: func(r *http.Request) error {
+			cfg := &idemkit.Config{Concurrency: concurrency, SendHookFunc: func(_ string, r *http.Request) error {
 				for k, v := range h {
 					r.Header[k] = v
 				}

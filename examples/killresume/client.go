@@ -80,7 +80,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		HTTPClient: &retryablehttp.Client{HTTPClient: &http.Client{Transport: &tracingTransport{base: tr, em: em}}},
 		// Credentials are never written to the queue: a resumed intent gets
 		// them from the hook, at send time.
-		SendHookFunc: func(r *http.Request) error {
+		SendHookFunc: func(_ string, r *http.Request) error {
 			r.Header.Set("Authorization", "Bearer "+f.account)
 			return nil
 		},

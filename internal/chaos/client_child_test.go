@@ -74,7 +74,7 @@ func childConfig(s clientSpec, transport http.RoundTripper) *idemkit.Config {
 		Window:         s.Window,
 		Backoff:        childBackoff,
 		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		SendHookFunc: func(r *http.Request) error {
+		SendHookFunc: func(_ string, r *http.Request) error {
 			r.Header.Set("Authorization", "Bearer "+s.Account)
 			return nil
 		},

@@ -510,7 +510,7 @@ func TestHostile_ClientKeys(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := idemkit.Open(ctx, filepath.Join(t.TempDir(), "q.db"), &idemkit.Config{
 				Backoff: childBackoff,
-				SendHookFunc: func(r *http.Request) error {
+				SendHookFunc: func(_ string, r *http.Request) error {
 					r.Header.Set("Authorization", "Bearer alice")
 					return nil
 				},
