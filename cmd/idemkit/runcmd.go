@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,138 +13,344 @@ import (
 	"github.com/idemkit/idemkit"
 )
 
-// progressInterval is how often `run --until-done` looks at the queue.
+// progressInterval is how often run looks at the queue for its progress
+// line and the intents that ended.
 const progressInterval = 200 * time.Millisecond
 
-func newRunCmd() *cobra.Command {
+func newRunCmd(e *env, g *globals) *cobra.Command {
 	var (
-		queue       string
 		untilDone   bool
+		all         bool
 		concurrency int
 		headers     []string
+		sf          sendFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "run --queue FILE [--until-done] [--concurrency N] [-H 'Authorization: Bearer x']...",
+		Use:   "run [--until-done [--all]] [--concurrency N] [-H 'Authorization: Bearer x']...",
 		Short: "Send due intents until SIGINT/SIGTERM, or with --until-done until none is pending",
-		Long: `run sends due intents, retrying each with its own key, until SIGINT or SIGTERM.
-With --until-done it exits once no intent is pending: status 0, or 3 if any intent in the
-queue is failed or expired (inspect them with 'idemkit ls'), or 1 if a pending intent's row is
-damaged (it is never sent). Progress goes to stderr. Headers given with -H are added to every
-request at send time and never stored (use them for credentials); -H Idempotency-Key is refused.`,
+		Long: `run sends due intents, retrying each with its own key, until SIGINT or SIGTERM (exit 0
+on SIGTERM). With --until-done it exits once no intent is pending. Each intent that ends in
+this run is printed on stdout (a summary line, or with --json one JSON object); a progress
+line with the counts by state goes to stderr (redrawn in place on a terminal); -v shows every
+attempt and why it was retried.
+
+With --until-done the exit status judges this run's intents only: those pending when it
+started and those it finished (an old failed intent does not fail every later run; --all
+judges every intent in the queue). A pending intent whose row is damaged is never sent and
+exits 1.
+
+Headers given with -H are added to every request at send time and never stored: use them
+for the credentials the original request had (they are not in the queue; a 401 or 403 is
+usually a missing -H). -H Idempotency-Key is refused.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := sf.validate(); err != nil {
+				return err
+			}
+			if all && !untilDone {
+				return usagef("--all needs --until-done")
+			}
+			if concurrency < 1 {
+				return usagef("--concurrency %d: must be at least 1", concurrency)
+			}
 			h, err := parseHeaders(headers)
 			if err != nil {
 				return err
 			}
 			if _, ok := h["Idempotency-Key"]; ok {
 				// Added to every request, it would replace each intent's own key.
-				return usageError{fmt.Errorf("-H Idempotency-Key: every intent has its own key (give it to 'idemkit submit --key')")}
+				return usagef("-H Idempotency-Key: every intent has its own key (give it to 'idemkit submit --key')")
 			}
-			cfg := &idemkit.Config{Concurrency: concurrency, SendHookFunc: func(r *http.Request) error {
+			qf, err := g.queueFile(e)
+			if err != nil {
+				return err
+			}
+			if untilDone {
+				ok, err := qf.exists()
+				if err != nil {
+					return err
+				}
+				if !ok {
+					fmt.Fprintf(e.stderr, "idemkit: no queue at %s: nothing to do\n", qf.path)
+					return nil
+				}
+			}
+			ctx, cancel := sf.context(cmd.Context())
+			defer cancel()
+			p := newProgress(e.stderr, e.stderrTTY)
+			t := newTracker(p, g.verbose, g.verbose, sf.maxAttempts)
+			cfg := sf.config(t, func(r *http.Request) error {
 				for k, v := range h {
 					r.Header[k] = v
 				}
 				return nil
-			}}
-			c, err := idemkit.Open(cmd.Context(), queue, cfg)
+			})
+			cfg.Concurrency = concurrency
+			c, err := qf.open(cmd.Context(), mayCreate, cfg)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
+			r := &runner{e: e, g: g, c: c, t: t, p: p, creds: credentialsIn(h), queue: qf.path, window: sf.window}
 			if !untilDone {
-				return c.Run(cmd.Context())
+				return r.forever(ctx)
 			}
-			return runUntilDone(cmd, c)
+			return r.untilDone(ctx, all)
 		},
 	}
-	cmd.Flags().StringVar(&queue, "queue", "", "queue file (required)")
-	_ = cmd.MarkFlagRequired("queue")
-	cmd.Flags().BoolVar(&untilDone, "until-done", false, "exit once every intent is terminal")
+	cmd.Flags().BoolVar(&untilDone, "until-done", false, "exit once no intent is pending")
+	cmd.Flags().BoolVar(&all, "all", false, "with --until-done: judge every intent in the queue, not only this run's")
 	cmd.Flags().IntVar(&concurrency, "concurrency", idemkit.ConcurrencyDefault, "intents sent at once")
 	cmd.Flags().StringArrayVarP(&headers, "header", "H", nil, "header added at send time, never stored (repeatable)")
+	sf.register(cmd)
 	return cmd
 }
 
-func runUntilDone(cmd *cobra.Command, c *idemkit.Client) error {
-	ctx := cmd.Context()
-	stderr := cmd.ErrOrStderr()
+// runner is one run command: the SDK's Run plus the output loop.
+type runner struct {
+	e      *env
+	g      *globals
+	c      *idemkit.Client
+	t      *tracker
+	p      *progress
+	creds  []string // credential headers given with -H
+	queue  string
+	window time.Duration
+}
+
+// start runs the SDK's Run until ctx ends; the returned func stops it and
+// returns its error.
+func (r *runner) start(ctx context.Context) func() error {
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.c.Run(runCtx) }()
+	return func() error {
+		cancel()
+		return <-done
+	}
+}
+
+// tick updates the progress line and prints the intents that ended here.
+func (r *runner) tick(ctx context.Context) (map[idemkit.IntentState]int, error) {
+	ctx = context.WithoutCancel(ctx)
+	for _, id := range r.t.takeEnded() {
+		in, err := r.c.Get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if err := r.printEnded(in); err != nil {
+			return nil, err
+		}
+	}
+	counts, err := r.c.Counts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.p.update(countsLine(counts))
+	return counts, nil
+}
+
+func (r *runner) printEnded(in *idemkit.Intent) error {
+	if r.g.json {
+		r.p.mu.Lock()
+		defer r.p.mu.Unlock()
+		return writeJSON(r.e.stdout, toJSON(in))
+	}
+	r.p.println(r.e.stdout, summary(in))
+	if in.Outcome != nil && (in.Outcome.Status == http.StatusUnauthorized || in.Outcome.Status == http.StatusForbidden) && len(r.creds) == 0 {
+		r.p.println(r.e.stderr, fmt.Sprintf("idemkit: %s: the server answered %s and this run sent no credentials: credential headers are never stored; give them with -H 'Authorization: …' (then 'idemkit retry %s')",
+			shortID(in.ID), statusText(in.Outcome.Status), shortID(in.ID)))
+	}
+	return nil
+}
+
+// forever is run without --until-done: until ctx ends. SIGTERM exits 0;
+// --timeout with intents pending exits 2.
+func (r *runner) forever(ctx context.Context) error {
+	stop := r.start(ctx)
+	ticker := time.NewTicker(progressInterval)
+	defer ticker.Stop()
+	for ctx.Err() == nil {
+		if _, err := r.tick(ctx); err != nil {
+			_ = stop()
+			return err
+		}
+		select {
+		case <-ctx.Done():
+		case <-ticker.C:
+		}
+	}
+	if err := stop(); err != nil {
+		return err
+	}
+	counts, err := r.tick(ctx)
+	r.p.finish()
+	if err != nil {
+		return err
+	}
+	var te errTimeout
+	if errors.As(context.Cause(ctx), &te) && counts[idemkit.StatePending] > 0 {
+		return r.interrupted(te.Error(), counts[idemkit.StatePending])
+	}
+	return nil
+}
+
+// interrupted is the exit-2 error with the command that resumes.
+func (r *runner) interrupted(why string, pending int) error {
+	abs, err := filepath.Abs(r.queue)
+	if err != nil {
+		abs = r.queue
+	}
+	return &statusError{code: exitInterrupted, err: fmt.Errorf("%s with %d intent(s) pending; they stay queued: resume (same keys) with:\n  %s",
+		why, pending, resumeHint(abs, r.window, r.creds))}
+}
+
+func (r *runner) untilDone(ctx context.Context, all bool) error {
 	// Pending rows that cannot be decoded are never sent (a claim sets them
 	// aside): they must not keep run waiting forever.
-	damaged, damageErr := damagedPending(ctx, c)
+	damaged, damageErr := damagedPending(ctx, r.c)
 	if damageErr != nil && damaged == 0 {
 		return damageErr
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- c.Run(runCtx) }()
-	last := ""
+	// This run's intents: those pending now, and those that end here.
+	mine := map[string]bool{}
+	startPending, err := listAll(ctx, r.c, idemkit.StatePending)
+	if err != nil && !errors.Is(err, idemkit.ErrQueueCorrupt) {
+		return err
+	}
+	for _, in := range startPending {
+		mine[in.ID] = true
+	}
+
+	stop := r.start(ctx)
 	ticker := time.NewTicker(progressInterval)
 	defer ticker.Stop()
+	var exhausted []string
 	for {
-		counts, err := c.Counts(ctx)
+		counts, err := r.tick(ctx)
 		if err != nil {
-			cancel()
-			<-done
+			_ = stop()
+			r.p.finish()
 			return err
 		}
-		line := fmt.Sprintf("%d pending, %d succeeded, %d failed, %d expired, %d canceled",
-			counts[idemkit.StatePending], counts[idemkit.StateSucceeded], counts[idemkit.StateFailed],
-			counts[idemkit.StateExpired], counts[idemkit.StateCanceled])
-		if line != last {
-			fmt.Fprintln(stderr, "idemkit:", line)
-			last = line
+		exhausted, err = r.exhaustedPending(ctx)
+		if err != nil {
+			_ = stop()
+			r.p.finish()
+			return err
 		}
-		if counts[idemkit.StatePending] <= damaged {
+		if counts[idemkit.StatePending] <= damaged+len(exhausted) {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			cancel()
-			<-done
-			return fmt.Errorf("interrupted with %d intent(s) pending (they stay queued)", counts[idemkit.StatePending])
+			_ = stop()
+			counts, _ = r.tick(ctx)
+			r.p.finish()
+			why := "interrupted"
+			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+				why = cause.Error()
+			}
+			return r.interrupted(why, counts[idemkit.StatePending])
 		case <-ticker.C:
 		}
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
+		r.p.finish()
 		return err
 	}
-	// Every intent in the queue counts, not only those that ended during
-	// this run: exit 0 means that none is failed or expired.
-	counts, err := c.Counts(ctx)
+	_, err = r.tick(ctx)
+	r.p.finish()
 	if err != nil {
 		return err
 	}
-	bad := counts[idemkit.StateFailed] + counts[idemkit.StateExpired]
-	for _, s := range []idemkit.IntentState{idemkit.StateFailed, idemkit.StateExpired} {
-		ended, err := c.List(ctx, &idemkit.ListOptions{State: s, Limit: 1_000_000})
-		for _, in := range ended {
-			fmt.Fprintf(stderr, "idemkit: %s %s: %s\n", in.ID, in.State, in.LastError)
+
+	var judged []*idemkit.Intent
+	if all {
+		for _, s := range []idemkit.IntentState{idemkit.StateFailed, idemkit.StateExpired, idemkit.StateCanceled} {
+			list, err := listAll(ctx, r.c, s)
+			if err != nil && !errors.Is(err, idemkit.ErrQueueCorrupt) {
+				return err
+			}
+			judged = append(judged, list...)
 		}
-		if err != nil {
-			return err
+	} else {
+		for id := range mine {
+			in, err := r.c.Get(ctx, id)
+			if errors.Is(err, idemkit.ErrQueueCorrupt) {
+				continue // reported by damageErr
+			}
+			if err != nil {
+				return err
+			}
+			if !r.t.endedHere(id) {
+				// Ended by another process: not printed yet.
+				if err := r.printEnded(in); err != nil {
+					return err
+				}
+			}
+			judged = append(judged, in)
+		}
+		for _, id := range r.t.endedSinceStart() {
+			if !mine[id] {
+				in, err := r.c.Get(ctx, id)
+				if err != nil {
+					return err
+				}
+				judged = append(judged, in)
+			}
 		}
 	}
-	if damageErr != nil {
+	var failed, expired int
+	for _, in := range judged {
+		switch resultCode(in) {
+		case exitFailed:
+			failed++
+		case exitExpired:
+			expired++
+		}
+		if all && resultCode(in) != exitOK && !r.t.endedHere(in.ID) {
+			fmt.Fprintf(r.e.stderr, "idemkit: %s\n", summary(in))
+		}
+	}
+	scope := "of this run's intents"
+	if all {
+		scope = "of the queue's intents"
+	}
+	switch {
+	case damageErr != nil:
 		return fmt.Errorf("%d pending intent(s) cannot be sent: %w", damaged, damageErr)
-	}
-	if bad > 0 {
-		return &statusError{code: exitOutcome, err: fmt.Errorf("%d intent(s) ended failed or expired", bad)}
+	case expired > 0:
+		return &statusError{code: exitExpired, err: fmt.Errorf("%d %s expired without a definitive answer (outcome unknown: reconcile them with the server), %d ended failed or canceled", expired, scope, failed)}
+	case failed > 0:
+		return &statusError{code: exitFailed, err: fmt.Errorf("%d %s ended failed or canceled", failed, scope)}
+	case len(exhausted) > 0:
+		return r.interrupted(fmt.Sprintf("--max-attempts %d reached", r.t.maxAttempts), len(exhausted))
 	}
 	return nil
+}
+
+// exhaustedPending returns the intents that reached --max-attempts here
+// and are still pending.
+func (r *runner) exhaustedPending(ctx context.Context) ([]string, error) {
+	var out []string
+	for _, id := range r.t.exhaustedIDs() {
+		in, err := r.c.Get(context.WithoutCancel(ctx), id)
+		if err != nil {
+			return nil, err
+		}
+		if in.State == idemkit.StatePending {
+			out = append(out, id)
+		}
+	}
+	return out, nil
 }
 
 // damagedPending returns how many pending intents cannot be decoded and
 // the error that reports them; with 0, a non-nil error is a failure to
 // look.
 func damagedPending(ctx context.Context, c *idemkit.Client) (int, error) {
-	counts, err := c.Counts(ctx)
-	if err != nil || counts[idemkit.StatePending] == 0 {
-		return 0, err
-	}
-	_, err = c.List(ctx, &idemkit.ListOptions{State: idemkit.StatePending, Limit: counts[idemkit.StatePending]})
+	_, err := listAll(ctx, c, idemkit.StatePending)
 	if err == nil || !errors.Is(err, idemkit.ErrQueueCorrupt) {
 		return 0, err
 	}

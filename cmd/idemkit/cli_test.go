@@ -1,0 +1,162 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestFind_IDPrefix: show and cancel take a unique id prefix (or a key);
+// an ambiguous prefix lists the candidates.
+func TestFind_IDPrefix(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	queue := filepath.Join(t.TempDir(), "q.db")
+	byFirst := map[byte][]string{}
+	var ids []string
+	// 17 uuids: two share their first hex digit.
+	for i := range 17 {
+		code, out, errOut := cli(t, ctx, "", "submit", "--queue", queue, "--url", "http://127.0.0.1:1/x", "--key", "key-"+string(rune('a'+i)))
+		require.Equal(t, 0, code, errOut)
+		id := strings.TrimSpace(out)
+		ids = append(ids, id)
+		byFirst[id[0]] = append(byFirst[id[0]], id)
+	}
+	code, out, errOut := cli(t, ctx, "", "show", "--queue", queue, ids[0][:8])
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "ID:          "+ids[0])
+	code, out, errOut = cli(t, ctx, "", "show", "--queue", queue, "key-b")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "ID:          "+ids[1], "a key finds its intent")
+
+	for first, same := range byFirst {
+		if len(same) < 2 {
+			continue
+		}
+		code, _, errOut = cli(t, ctx, "", "cancel", "--queue", queue, string(first))
+		require.Equal(t, exitError, code)
+		require.Contains(t, errOut, "is ambiguous")
+		require.Contains(t, errOut, same[0])
+		break
+	}
+
+	code, out, errOut = cli(t, ctx, "", "cancel", "--queue", queue, ids[2][:8])
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "canceled, attempts=0")
+	code, _, errOut = cli(t, ctx, "", "show", "--queue", queue, "zzzz")
+	require.Equal(t, exitError, code)
+	require.Contains(t, errOut, "not found")
+}
+
+// TestLs_StateValidated: --state lists its values in help and refuses
+// others in words.
+func TestLs_StateValidated(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	queue := filepath.Join(t.TempDir(), "q.db")
+	code, _, errOut := cli(t, ctx, "", "submit", "--queue", queue, "--url", "http://127.0.0.1:1/x")
+	require.Equal(t, 0, code, errOut)
+	code, out, errOut := cli(t, ctx, "", "ls", "--queue", queue, "--state", "done")
+	require.Equal(t, exitError, code)
+	require.Empty(t, out)
+	require.Equal(t, `idemkit: --state "done": want one of pending, succeeded, failed, expired, canceled`+"\n", errOut)
+	code, out, _ = cli(t, ctx, "", "ls", "--help")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "pending, succeeded, failed, expired, canceled")
+}
+
+// TestFailed_StatusNotRepeated: a failed intent says its status once, not
+// "status 400, last error: status 400".
+func TestFailed_StatusNotRepeated(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t)
+	ctx := testCtx(t)
+	queue := filepath.Join(t.TempDir(), "q.db")
+	code, _, errOut := cli(t, ctx, "", "do", "--queue", queue, "--url", a.URL+"/charges", "-H", "Authorization: Bearer x", "--data", "bad", "--key", "k")
+	require.Equal(t, exitFailed, code)
+	require.Equal(t, 1, strings.Count(errOut, "400"), errOut)
+	code, out, _ := cli(t, ctx, "", "show", "--queue", queue, "k")
+	require.Equal(t, 0, code)
+	require.NotContains(t, out, "Last error")
+	require.Equal(t, 1, strings.Count(out, "Status:      400 Bad Request"))
+}
+
+// TestRetry_RequeuesFailedUnderNewKey: retry needs a confirmation, queues
+// the failed request under a new key derived from the old one (so a second
+// retry queues nothing), and refuses intents that are not failed.
+func TestRetry_RequeuesFailedUnderNewKey(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t)
+	ctx := testCtx(t)
+	queue := filepath.Join(t.TempDir(), "q.db")
+	// No credential: the API refuses it (the principal is the token).
+	code, _, errOut := cli(t, ctx, "", "submit", "--queue", queue, "--url", a.URL+"/charges", "--data", `{"amount":1}`, "--key", "k1")
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = cli(t, ctx, "", "run", "--queue", queue, "--until-done")
+	require.Equal(t, exitFailed, code, errOut)
+	require.Contains(t, errOut, "give them with -H 'Authorization: …'")
+
+	code, out, errOut := cli(t, ctx, "no\n", "retry", "--queue", queue, "k1")
+	require.Equal(t, exitError, code, errOut)
+	require.Empty(t, out)
+	require.Contains(t, errOut, "not confirmed")
+
+	code, out, errOut = cli(t, ctx, "yes\n", "retry", "--queue", queue, "k1", "--json")
+	require.Equal(t, 0, code, errOut)
+	var j map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &j))
+	require.Equal(t, "k1~retry1", j["key"])
+	require.Equal(t, "pending", j["state"])
+	require.Contains(t, errOut, "idemkit run --queue")
+
+	code, _, errOut = cli(t, ctx, "", "retry", "--queue", queue, "k1", "--yes")
+	require.Equal(t, exitError, code)
+	require.Contains(t, errOut, "already retried as")
+
+	code, out, errOut = cli(t, ctx, "", "run", "--queue", queue, "--until-done", "-H", "Authorization: Bearer acct")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "succeeded 201 Created")
+	require.EqualValues(t, 1, a.effects.Load())
+
+	code, _, errOut = cli(t, ctx, "", "retry", "--queue", queue, "k1~retry1", "--yes")
+	require.Equal(t, exitError, code)
+	require.Contains(t, errOut, "it is succeeded; only failed intents can be retried")
+}
+
+// TestRetry_RefusesExpired: the outcome of an expired intent is unknown; it
+// is never resent under a new key.
+func TestRetry_RefusesExpired(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	queue := filepath.Join(t.TempDir(), "q.db")
+	code, _, errOut := cli(t, ctx, "", "do", "--queue", queue, "--url", "http://127.0.0.1:1/x", "--window", "1s", "--key", "gone")
+	require.Equal(t, exitExpired, code, errOut)
+	code, _, errOut = cli(t, ctx, "", "retry", "--queue", queue, "gone", "--yes")
+	require.Equal(t, exitExpired, code)
+	require.Contains(t, errOut, "outcome is unknown")
+	code, out, _ := cli(t, ctx, "", "ls", "--queue", queue, "--json")
+	require.Equal(t, 0, code)
+	require.Equal(t, 1, strings.Count(out, "\n"), "nothing queued")
+}
+
+func TestRetryKey(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, want string }{
+		{"k", "k~retry1"},
+		{"k~retry1", "k~retry2"},
+		{"k~retry9", "k~retry10"},
+		{"k~retryx", "k~retryx~retry1"},
+		{strings.Repeat("a", 255), "3d0b4e4a8e3ae4e1a4a5ef5a5e1d8a5b~retry1"},
+	} {
+		got := retryKey(tc.in)
+		if len(tc.in) == 255 {
+			require.Len(t, got, 32+len("~retry1"))
+			require.True(t, strings.HasSuffix(got, "~retry1"))
+			continue
+		}
+		require.Equal(t, tc.want, got)
+	}
+}
