@@ -64,14 +64,14 @@ func (e *statusError) Error() string { return e.err.Error() }
 func (e *statusError) Unwrap() error { return e.err }
 
 // signalError is the cause of the command context when a signal stopped it.
-type signalError struct{ sig os.Signal }
+type signalError struct{ name string }
 
-func (e *signalError) Error() string { return "interrupted by " + e.sig.String() }
+func (e *signalError) Error() string { return "interrupted (" + e.name + ")" }
 
 // errSIGINT and errSIGTERM are the causes main gives the context.
 var (
-	errSIGINT  = &signalError{os.Interrupt}
-	errSIGTERM = &signalError{syscall.SIGTERM}
+	errSIGINT  = &signalError{"SIGINT"}
+	errSIGTERM = &signalError{"SIGTERM"}
 )
 
 func main() {
