@@ -81,6 +81,9 @@ queued and do prints the 'idemkit run' command that finishes it with the same ke
 						return jerr
 					}
 				}
+				if log, lerr := c.Attempts(context.WithoutCancel(ctx), in.ID); lerr == nil {
+					in = withAttemptError(in, log)
+				}
 				return &statusError{code: exitInterrupted, err: fmt.Errorf("%s: %s\nidemkit: the intent stays queued; resume it (same key) with:\n  %s",
 					why, summary(in), resumeHint(abs, sf.window, credentialsIn(req.Header)))}
 			}

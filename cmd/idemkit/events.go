@@ -35,7 +35,7 @@ type tracker struct {
 	onExhausted func(id string)
 
 	mu        sync.Mutex
-	attempts  map[string]int    // intent id -> attempts started here
+	attempts  map[string]int    // intent id -> attempts started here (this process's count)
 	sent      map[string]int    // key as sent -> attempts the send hook let through
 	keyID     map[string]string // key as sent -> intent id
 	exhausted map[string]bool   // intent ids that reached maxAttempts
@@ -149,7 +149,7 @@ func (t *tracker) event(level slog.Level, msg string, a map[string]slog.Value) {
 	case msgAttempt:
 		n := intAttr(a["attempt"])
 		t.mu.Lock()
-		t.attempts[id] = n
+		t.attempts[id]++
 		if k, ok := a["key"]; ok {
 			t.keyID[k.String()] = id
 		}
@@ -158,11 +158,13 @@ func (t *tracker) event(level slog.Level, msg string, a map[string]slog.Value) {
 			t.printf("%s attempt %d: %s", shortID(id), n, a["url"].String())
 		}
 	case msgRetrying:
-		n := intAttr(a["attempt"])
 		if t.retries {
 			wait := durAttr(a["wait"]).Round(time.Millisecond)
-			t.printf("%s attempt %d: %s; retrying in %v with the same key", shortID(id), n, a["reason"].String(), wait)
+			t.printf("%s attempt %d: %s; retrying in %v with the same key", shortID(id), intAttr(a["attempt"]), a["reason"].String(), wait)
 		}
+		t.mu.Lock()
+		n := t.attempts[id]
+		t.mu.Unlock()
 		if t.maxAttempts > 0 && n >= t.maxAttempts {
 			t.exhaust(id)
 		}

@@ -137,6 +137,43 @@ func lastError(in *idemkit.Intent) string {
 	return in.LastError
 }
 
+// stoppedText reports whether a stored error only says that a process
+// stopped driving the intent (Ctrl-C, --timeout, Close), not why the
+// attempts before failed.
+func stoppedText(s string) bool {
+	for _, p := range []string{"context canceled", "context deadline exceeded", "interrupted (", "client closed", "--max-attempts", "--timeout"} {
+		if strings.Contains(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// withAttemptError returns in with LastError replaced by the error of its
+// last real attempt when the stored one only says that a process stopped
+// ("context canceled" hides "connection refused").
+func withAttemptError(in *idemkit.Intent, log []*idemkit.Attempt) *idemkit.Intent {
+	if !stoppedText(in.LastError) {
+		return in
+	}
+	for i := len(log) - 1; i >= 0; i-- {
+		a := log[i]
+		switch {
+		case a.Error != "" && !stoppedText(a.Error):
+		case a.Status != 0:
+		default:
+			continue
+		}
+		cp := *in
+		cp.LastError = a.Error
+		if a.Error == "" {
+			cp.LastError = fmt.Sprintf("status %d", a.Status)
+		}
+		return &cp
+	}
+	return in
+}
+
 // summary is the one-line human form of an intent: state, status,
 // replayed, attempts, next attempt time, last error, id and key.
 //

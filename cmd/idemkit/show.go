@@ -51,6 +51,9 @@ header, body, outcome and attempt_log.`,
 				fmt.Fprintf(w, "Next try:    %s\n", fmtTime(in.NextAttemptAt))
 			}
 			if le := lastError(in); le != "" {
+				if real := withAttemptError(in, log).LastError; real != le {
+					le = fmt.Sprintf("%s (then: %s)", real, le)
+				}
 				fmt.Fprintf(w, "Last error:  %s\n", le)
 			}
 			if len(log) > 0 {
