@@ -192,6 +192,8 @@ func TestRun_MaxAttemptsPerRun(t *testing.T) {
 	require.Equal(t, exitInterrupted, code, errOut)
 	require.Contains(t, errOut, "--max-attempts 2 reached with 2 intent(s) pending")
 	require.Contains(t, errOut, "idemkit run --queue")
+	require.Regexp(t, `attempt 1: http://127\.0\.0\.1:\d+/v1/payments\n`, errOut, "-v shows every attempt")
+	require.Regexp(t, `attempt 1: .*connection refused; retrying in`, errOut, "-v shows why it is retried")
 	for key, before := range map[string]int{"old": 3, "new": 0} {
 		code, out, errOut := cli(t, ctx, "", "show", "--queue", queue, key, "--json")
 		require.Equal(t, 0, code, errOut)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -41,7 +42,10 @@ exits 1.
 
 Headers given with -H are added to every request at send time and never stored: use them
 for the credentials the original request had (they are not in the queue; a 401 or 403 is
-usually a missing -H). -H Idempotency-Key is refused.`,
+usually a missing -H). -H Idempotency-Key is refused.
+
+run creates the queue file if it does not exist (a worker may start before the first
+submit); with --until-done a missing queue means nothing to do (exit 0).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := sf.validate(); err != nil {
@@ -152,9 +156,12 @@ func (r *runner) tick(ctx context.Context) (map[idemkit.IntentState]int, error) 
 
 func (r *runner) printEnded(in *idemkit.Intent) error {
 	if r.g.json {
-		r.p.mu.Lock()
-		defer r.p.mu.Unlock()
-		return writeJSON(r.e.stdout, toJSON(in))
+		b, err := json.Marshal(toJSON(in))
+		if err != nil {
+			return err
+		}
+		r.p.println(r.e.stdout, string(b))
+		return nil
 	}
 	r.p.println(r.e.stdout, summary(in))
 	if in.Outcome != nil && (in.Outcome.Status == http.StatusUnauthorized || in.Outcome.Status == http.StatusForbidden) && len(r.creds) == 0 {
