@@ -240,3 +240,38 @@ func TestProgress_InPlaceOnTerminal(t *testing.T) {
 		require.Equal(t, tc.want, b.String(), "tty=%v", tc.tty)
 	}
 }
+
+// TestRun_HeadersGoToOneHost: run -H sends the credential to one host
+// only: --host, or the only host of the pending intents; with several it
+// refuses to guess.
+func TestRun_HeadersGoToOneHost(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	a, b := newAPI(t), newAPI(t)
+	queue := filepath.Join(t.TempDir(), "q.db")
+	for _, u := range []string{a.URL, b.URL} {
+		code, _, errOut := cli(t, ctx, "", "submit", "--queue", queue, "--url", u+"/charges", "--data", `{"amount":1}`)
+		require.Equal(t, 0, code, errOut)
+	}
+	code, _, errOut := cli(t, ctx, "", "run", "--queue", queue, "--until-done", "-H", "Authorization: Bearer tok_a")
+	require.Equal(t, exitError, code, errOut)
+	require.Contains(t, errOut, "give --host")
+	require.Empty(t, a.seen(), "nothing sent")
+	require.Empty(t, b.seen(), "nothing sent")
+
+	code, out, errOut := cli(t, ctx, "", "run", "--queue", queue, "--until-done", "--host", a.URL, "-H", "Authorization: Bearer tok_a")
+	require.Equal(t, exitFailed, code, "b's intent has no credential: %s", errOut)
+	require.Contains(t, out, "succeeded 201 Created")
+	require.Contains(t, errOut, "-H not sent to "+b.URL)
+	require.Equal(t, []string{"Bearer tok_a"}, a.seen())
+	require.Equal(t, []string{""}, b.seen(), "the token never went to the other host")
+
+	// One host pending: inferred, and said.
+	queue2 := filepath.Join(t.TempDir(), "q2.db")
+	code, _, errOut = cli(t, ctx, "", "submit", "--queue", queue2, "--url", b.URL+"/charges", "--data", `{"amount":2}`)
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = cli(t, ctx, "", "run", "--queue", queue2, "--until-done", "-H", "Authorization: Bearer tok_b")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, errOut, "-H applies to "+b.URL)
+	require.Equal(t, []string{"", "Bearer tok_b"}, b.seen())
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"time"
 
@@ -85,7 +86,7 @@ queued and do prints the 'idemkit run' command that finishes it with the same ke
 					in = withAttemptError(in, log)
 				}
 				return &statusError{code: exitInterrupted, err: fmt.Errorf("%s: %s\nidemkit: the intent stays queued; resume it (same key) with:\n  %s",
-					why, summary(in), resumeHint(abs, sf.window, credentialsIn(req.Header)))}
+					why, summary(in), resumeHint(abs, sf.window, hostOf(in.URL), credentialsIn(req.Header)))}
 			}
 			if g.json {
 				if jerr := printIntent(cmd, c, in, true); jerr != nil {
@@ -129,4 +130,14 @@ func printIntent(cmd *cobra.Command, c *idemkit.Client, in *idemkit.Intent, full
 		return err
 	}
 	return writeJSON(w, toFullJSON(in, log))
+}
+
+// hostOf is the origin (scheme://host[:port]) of a URL, "" if it does not
+// parse.
+func hostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return originOf(u)
 }

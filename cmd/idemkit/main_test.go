@@ -113,6 +113,13 @@ func newAPI(t *testing.T) *api {
 	return a
 }
 
+// seen returns the Authorization headers received so far.
+func (a *api) seen() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.auth...)
+}
+
 var uuidLine = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\n$`)
 
 func TestCLI_SubmitRunLsShow(t *testing.T) {

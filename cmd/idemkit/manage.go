@@ -157,7 +157,7 @@ the intent).`,
 			if aerr != nil {
 				abs = qf.path
 			}
-			fmt.Fprintf(e.stderr, "idemkit: queued as %s with key %s; send it with (adding the credential -H the original had):\n  %s\n", in.ID, key, resumeHint(abs, 0, nil))
+			fmt.Fprintf(e.stderr, "idemkit: queued as %s with key %s; send it with (adding the credential -H the original had):\n  %s\n", in.ID, key, resumeHint(abs, 0, "", nil))
 			return nil
 		},
 	}

@@ -153,10 +153,13 @@ func (f *sendFlags) config(t *tracker, hook func(*http.Request) error) *idemkit.
 // resumeHint is the command that resumes the queued work: the queue, the
 // window, and a placeholder for every credential header it needs (never
 // the value).
-func resumeHint(queue string, window time.Duration, creds []string) string {
+func resumeHint(queue string, window time.Duration, host string, creds []string) string {
 	parts := []string{"idemkit", "run", "--queue", shellQuote(queue), "--until-done"}
 	if window > 0 {
 		parts = append(parts, "--window", window.String())
+	}
+	if host != "" && len(creds) > 0 {
+		parts = append(parts, "--host", shellQuote(host))
 	}
 	for _, c := range creds {
 		parts = append(parts, "-H", shellQuote(c+": …"))

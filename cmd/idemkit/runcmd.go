@@ -6,7 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,6 +28,7 @@ func newRunCmd(e *env, g *globals) *cobra.Command {
 		all         bool
 		concurrency int
 		headers     []string
+		host        string
 		sf          sendFlags
 	)
 	cmd := &cobra.Command{
@@ -40,9 +45,11 @@ started and those it finished (an old failed intent does not fail every later ru
 judges every intent in the queue). A pending intent whose row is damaged is never sent and
 exits 1.
 
-Headers given with -H are added to every request at send time and never stored: use them
-for the credentials the original request had (they are not in the queue; a 401 or 403 is
-usually a missing -H). -H Idempotency-Key is refused.
+Headers given with -H are added at send time and never stored: use them for the credentials
+the original request had (they are not in the queue; a 401 or 403 is usually a missing -H).
+They go to one host only: --host, else the host of the pending intents if they all have the
+same one (run refuses to guess between several), else the first host this run sends to.
+Intents for other hosts are sent without them. -H Idempotency-Key is refused.
 
 run creates the queue file if it does not exist (a worker may start before the first
 submit); with --until-done a missing queue means nothing to do (exit 0).`,
@@ -83,9 +90,14 @@ submit); with --until-done a missing queue means nothing to do (exit 0).`,
 			defer cancel()
 			p := newProgress(e.stderr, e.stderrTTY)
 			t := newTracker(p, g.verbose, g.verbose, sf.maxAttempts)
+			var scope *hostScope // set before Run starts
 			cfg := sf.config(t, func(r *http.Request) error {
-				for k, v := range h {
-					r.Header[k] = v
+				if scope.matches(r.URL) {
+					for k, v := range h {
+						r.Header[k] = v
+					}
+				} else if len(h) > 0 {
+					scope.skipped(r.URL, p)
 				}
 				return nil
 			})
@@ -95,7 +107,16 @@ submit); with --until-done a missing queue means nothing to do (exit 0).`,
 				return err
 			}
 			defer c.Close()
+			if len(h) > 0 {
+				if scope, err = newHostScope(cmd.Context(), c, host); err != nil {
+					return err
+				}
+				if host == "" && scope.origin != "" {
+					fmt.Fprintf(e.stderr, "idemkit: -H applies to %s (the host of every pending intent) and no other host\n", scope.origin)
+				}
+			}
 			r := &runner{e: e, g: g, c: c, t: t, p: p, creds: credentialsIn(h), queue: qf.path, window: sf.window}
+			r.scope = scope
 			if !untilDone {
 				return r.forever(ctx)
 			}
@@ -105,7 +126,8 @@ submit); with --until-done a missing queue means nothing to do (exit 0).`,
 	cmd.Flags().BoolVar(&untilDone, "until-done", false, "exit once no intent is pending")
 	cmd.Flags().BoolVar(&all, "all", false, "with --until-done: judge every intent in the queue, not only this run's")
 	cmd.Flags().IntVar(&concurrency, "concurrency", idemkit.ConcurrencyDefault, "intents sent at once")
-	cmd.Flags().StringArrayVarP(&headers, "header", "H", nil, "header added at send time, never stored (repeatable)")
+	cmd.Flags().StringArrayVarP(&headers, "header", "H", nil, "header added at send time to --host only, never stored (repeatable)")
+	cmd.Flags().StringVar(&host, "host", "", "the host -H is sent to: https://api.example.com or api.example.com (default: the host of the pending intents, if they share one)")
 	sf.register(cmd)
 	return cmd
 }
@@ -117,7 +139,8 @@ type runner struct {
 	c      *idemkit.Client
 	t      *tracker
 	p      *progress
-	creds  []string // credential headers given with -H
+	creds  []string   // credential headers given with -H
+	scope  *hostScope // where -H goes; nil without -H
 	queue  string
 	window time.Duration
 }
@@ -209,7 +232,7 @@ func (r *runner) interrupted(why string, pending int) error {
 		abs = r.queue
 	}
 	return &statusError{code: exitInterrupted, err: fmt.Errorf("%s with %d intent(s) pending; they stay queued: resume (same keys) with:\n  %s",
-		why, pending, resumeHint(abs, r.window, r.creds))}
+		why, pending, resumeHint(abs, r.window, r.scope.String(), r.creds))}
 }
 
 func (r *runner) untilDone(ctx context.Context, all bool) error {
@@ -365,4 +388,96 @@ func damagedPending(ctx context.Context, c *idemkit.Client) (int, error) {
 		return len(j.Unwrap()), err
 	}
 	return 1, err
+}
+
+// hostScope is the host that -H is sent to.
+type hostScope struct {
+	origin string // scheme://host[:port], or "" with hostOnly
+	host   string // host[:port] when --host named no scheme
+	mu     sync.Mutex
+	warned map[string]bool
+}
+
+// newHostScope resolves --host, or infers it from the pending intents.
+func newHostScope(ctx context.Context, c *idemkit.Client, flag string) (*hostScope, error) {
+	s := &hostScope{warned: map[string]bool{}}
+	if flag != "" {
+		if strings.Contains(flag, "://") {
+			u, err := url.Parse(flag)
+			if err != nil || u.Host == "" {
+				return nil, usagef("--host %q: want https://host[:port] or host[:port]", flag)
+			}
+			s.origin = originOf(u)
+		} else {
+			s.host = strings.ToLower(flag)
+		}
+		return s, nil
+	}
+	pending, err := listAll(ctx, c, idemkit.StatePending)
+	if err != nil && !errors.Is(err, idemkit.ErrQueueCorrupt) {
+		return nil, err
+	}
+	hosts := map[string]bool{}
+	for _, in := range pending {
+		if u, err := url.Parse(in.URL); err == nil {
+			hosts[originOf(u)] = true
+		}
+	}
+	list := make([]string, 0, len(hosts))
+	for h := range hosts {
+		list = append(list, h)
+	}
+	slices.Sort(list)
+	switch {
+	case len(list) == 1:
+		s.origin = list[0]
+	case len(list) > 1:
+		return nil, usagef("-H: the pending intents are for %d hosts (%s): give --host to say which one gets the headers", len(list), strings.Join(list, ", "))
+	}
+	// Nothing pending: the first host this run sends to.
+	return s, nil
+}
+
+func originOf(u *url.URL) string { return strings.ToLower(u.Scheme + "://" + u.Host) }
+
+// matches reports whether the request goes to the scoped host. An
+// inferred scope with nothing pending at the start becomes the first host
+// sent to.
+func (s *hostScope) matches(u *url.URL) bool {
+	if s == nil {
+		return true // no -H
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.host != "":
+		return strings.ToLower(u.Host) == s.host
+	case s.origin == "":
+		s.origin = originOf(u)
+	}
+	return originOf(u) == s.origin
+}
+
+// skipped says once per host that -H was not sent there.
+func (s *hostScope) skipped(u *url.URL, p *progress) {
+	o := originOf(u)
+	s.mu.Lock()
+	first := !s.warned[o]
+	s.warned[o] = true
+	s.mu.Unlock()
+	if first {
+		p.println(p.w, fmt.Sprintf("idemkit: -H not sent to %s (it goes to %s only)", o, s.String()))
+	}
+}
+
+func (s *hostScope) String() string {
+	if s == nil {
+		return ""
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.host != "" {
+		return s.host
+	}
+	return s.origin
 }
