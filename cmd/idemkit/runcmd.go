@@ -102,13 +102,16 @@ submit); with --until-done a missing queue means nothing to do (exit 0).`,
 				return nil
 			})
 			cfg.Concurrency = concurrency
-			c, err := qf.open(cmd.Context(), mayCreate, cfg)
+			// A signal during the setup reads stops run cleanly afterwards,
+			// not with a "context canceled" error: they do not wait on it.
+			setup := context.WithoutCancel(cmd.Context())
+			c, err := qf.open(setup, mayCreate, cfg)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
 			if len(h) > 0 {
-				if scope, err = newHostScope(cmd.Context(), c, host); err != nil {
+				if scope, err = newHostScope(setup, c, host); err != nil {
 					return err
 				}
 				if host == "" && scope.origin != "" {
@@ -238,13 +241,14 @@ func (r *runner) interrupted(why string, pending int) error {
 func (r *runner) untilDone(ctx context.Context, all bool) error {
 	// Pending rows that cannot be decoded are never sent (a claim sets them
 	// aside): they must not keep run waiting forever.
-	damaged, damageErr := damagedPending(ctx, r.c)
+	setup := context.WithoutCancel(ctx)
+	damaged, damageErr := damagedPending(setup, r.c)
 	if damageErr != nil && damaged == 0 {
 		return damageErr
 	}
 	// This run's intents: those pending now, and those that end here.
 	mine := map[string]bool{}
-	startPending, err := listAll(ctx, r.c, idemkit.StatePending)
+	startPending, err := listAll(setup, r.c, idemkit.StatePending)
 	if err != nil && !errors.Is(err, idemkit.ErrQueueCorrupt) {
 		return err
 	}
@@ -298,7 +302,7 @@ func (r *runner) untilDone(ctx context.Context, all bool) error {
 	var judged []*idemkit.Intent
 	if all {
 		for _, s := range []idemkit.IntentState{idemkit.StateFailed, idemkit.StateExpired, idemkit.StateCanceled} {
-			list, err := listAll(ctx, r.c, s)
+			list, err := listAll(setup, r.c, s)
 			if err != nil && !errors.Is(err, idemkit.ErrQueueCorrupt) {
 				return err
 			}
@@ -306,7 +310,7 @@ func (r *runner) untilDone(ctx context.Context, all bool) error {
 		}
 	} else {
 		for id := range mine {
-			in, err := r.c.Get(ctx, id)
+			in, err := r.c.Get(setup, id)
 			if errors.Is(err, idemkit.ErrQueueCorrupt) {
 				continue // reported by damageErr
 			}
@@ -323,7 +327,7 @@ func (r *runner) untilDone(ctx context.Context, all bool) error {
 		}
 		for _, id := range r.t.endedSinceStart() {
 			if !mine[id] {
-				in, err := r.c.Get(ctx, id)
+				in, err := r.c.Get(setup, id)
 				if err != nil {
 					return err
 				}
