@@ -115,6 +115,9 @@ func TestRetry_RequeuesFailedUnderNewKey(t *testing.T) {
 	code, _, errOut = cli(t, ctx, "", "retry", "--queue", queue, "k1", "--yes")
 	require.Equal(t, exitError, code)
 	require.Contains(t, errOut, "already retried as")
+	code, out, _ = cli(t, ctx, "", "show", "--queue", queue, "k1")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "Retried as:  "+j["id"].(string)+" (key k1~retry1, pending)")
 
 	code, out, errOut = cli(t, ctx, "", "run", "--queue", queue, "--until-done", "-H", "Authorization: Bearer acct")
 	require.Equal(t, 0, code, errOut)
@@ -274,4 +277,24 @@ func TestRun_HeadersGoToOneHost(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, errOut, "-H applies to "+b.URL)
 	require.Equal(t, []string{"", "Bearer tok_b"}, b.seen())
+}
+
+// TestRun_TimeoutLeavesWorkQueued: --timeout ends run; with intents still
+// pending it exits 2 with the command that resumes, else 0.
+func TestRun_TimeoutLeavesWorkQueued(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	empty := filepath.Join(t.TempDir(), "empty.db")
+	code, _, errOut := cli(t, ctx, "", "run", "--queue", empty, "--timeout", "300ms")
+	require.Equal(t, 0, code, "nothing pending: %s", errOut)
+
+	queue := filepath.Join(t.TempDir(), "q.db")
+	code, _, errOut = cli(t, ctx, "", "submit", "--queue", queue, "--url", deadURL(t))
+	require.Equal(t, 0, code, errOut)
+	for _, args := range [][]string{{"run", "--timeout", "300ms"}, {"run", "--until-done", "--timeout", "300ms"}} {
+		code, _, errOut = cli(t, ctx, "", append(args, "--queue", queue)...)
+		require.Equal(t, exitInterrupted, code, "%v: %s", args, errOut)
+		require.Contains(t, errOut, "--timeout 300ms reached with 1 intent(s) pending", "%v", args)
+		require.Contains(t, errOut, "idemkit run --queue "+queue+" --until-done", "%v", args)
+	}
 }

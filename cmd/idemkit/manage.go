@@ -2,9 +2,9 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -122,14 +122,8 @@ the intent).`,
 				return usagef("refusing to retry intent %s: it is %s; only failed intents can be retried", old.ID, old.State)
 			}
 			key := retryKey(old.Key)
-			all, err := listAll(cmd.Context(), c, "")
-			if err != nil && !errors.Is(err, idemkit.ErrQueueCorrupt) {
-				return err
-			}
-			for _, in := range all {
-				if in.Key == key {
-					return usagef("intent %s was already retried as %s (%s)", old.ID, in.ID, summary(in))
-				}
+			if in := retriedAs(cmd.Context(), c, old); in != nil {
+				return usagef("intent %s was already retried as %s (%s)", old.ID, in.ID, summary(in))
 			}
 			if !yes {
 				what := "no response"
@@ -163,6 +157,18 @@ the intent).`,
 	}
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask: I know the failed request never took effect")
 	return cmd
+}
+
+// retriedAs returns the intent that retried in (under retryKey), or nil.
+func retriedAs(ctx context.Context, c *idemkit.Client, in *idemkit.Intent) *idemkit.Intent {
+	key := retryKey(in.Key)
+	all, _ := listAll(ctx, c, "") // damaged rows are left out
+	for _, r := range all {
+		if r.Key == key {
+			return r
+		}
+	}
+	return nil
 }
 
 // retryKey derives the key of the next retry from a failed intent's key:

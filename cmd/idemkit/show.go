@@ -56,6 +56,11 @@ header, body, outcome and attempt_log.`,
 				}
 				fmt.Fprintf(w, "Last error:  %s\n", le)
 			}
+			if in.State == idemkit.StateFailed {
+				if next := retriedAs(cmd.Context(), c, in); next != nil {
+					fmt.Fprintf(w, "Retried as:  %s (key %s, %s)\n", next.ID, next.Key, next.State)
+				}
+			}
 			if len(log) > 0 {
 				fmt.Fprintln(w, "\nAttempts:")
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
