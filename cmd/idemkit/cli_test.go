@@ -298,3 +298,20 @@ func TestRun_TimeoutLeavesWorkQueued(t *testing.T) {
 		require.Contains(t, errOut, "idemkit run --queue "+queue+" --until-done", "%v", args)
 	}
 }
+
+// TestDo_BodyOnTerminalEndsLine: on a terminal the body gets a final
+// newline, so the summary line on stderr starts a line of its own; a pipe
+// gets the body byte for byte.
+func TestDo_BodyOnTerminalEndsLine(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t)
+	ctx := testCtx(t)
+	for _, tty := range []bool{false, true} {
+		var out, errb strings.Builder
+		e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }, stdoutTTY: tty}
+		code := e.run(ctx, []string{"do", "--queue", filepath.Join(t.TempDir(), "q.db"), "--url", a.URL + "/charges", "-H", "Authorization: Bearer x", "--data", "{}"})
+		require.Equal(t, 0, code, errb.String())
+		require.Regexp(t, `^\{"charge":\d+\}$`, strings.TrimSuffix(out.String(), "\n"))
+		require.Equal(t, tty, strings.HasSuffix(out.String(), "\n"), "tty=%v: %q", tty, out.String())
+	}
+}

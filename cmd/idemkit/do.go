@@ -93,7 +93,11 @@ queued and do prints the 'idemkit run' command that finishes it with the same ke
 					return jerr
 				}
 			} else if in.Outcome != nil {
-				if _, werr := cmd.OutOrStdout().Write(in.Outcome.Body); werr != nil {
+				body := in.Outcome.Body
+				if e.stdoutTTY && len(body) > 0 && body[len(body)-1] != '\n' {
+					body = append(body[:len(body):len(body)], '\n') // the summary line starts on its own line
+				}
+				if _, werr := e.stdout.Write(body); werr != nil {
 					return werr
 				}
 			}

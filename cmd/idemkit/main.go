@@ -89,7 +89,8 @@ func main() {
 		<-sigs
 		os.Exit(exitSIGINT)
 	}()
-	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, stderrTTY: isTerminal(os.Stderr)}
+	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv,
+		stdoutTTY: isTerminal(os.Stdout), stderrTTY: isTerminal(os.Stderr)}
 	os.Exit(e.run(ctx, os.Args[1:]))
 }
 
@@ -99,8 +100,10 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
-	// stderrTTY makes progress lines redraw in place.
-	stderrTTY bool
+	// stdoutTTY ends a response body without a final newline with one (a
+	// pipe gets the body byte for byte); stderrTTY makes progress lines
+	// redraw in place.
+	stdoutTTY, stderrTTY bool
 }
 
 // run executes the command line args and returns the exit status. A
