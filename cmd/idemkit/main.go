@@ -2,14 +2,18 @@
 // a SQLite file before the first byte is sent, and sends them until the
 // server gives a definitive answer or the key's retention window runs out.
 //
-//	idemkit submit --queue q.db --url https://api.example.com/charges -H 'Content-Type: application/json' --data '{"amount":4000}'
-//	idemkit run --queue q.db --until-done -H 'Authorization: Bearer sk_test_123'
-//	idemkit ls --queue q.db --json
-//	idemkit show --queue q.db ID
 //	idemkit do --url https://api.example.com/charges --data @charge.json -H 'Authorization: Bearer sk_test_123'
+//	idemkit submit --url https://api.example.com/charges -H 'Content-Type: application/json' --data '{"amount":4000}'
+//	idemkit run --until-done -H 'Authorization: Bearer sk_test_123'
+//	idemkit ls --json
+//	idemkit show ID-PREFIX
 //
-// Exit status: 0 on success, 1 on an error, 2 on a usage error, 3 when an
-// intent ended failed, expired or canceled.
+// The queue is --queue, else $IDEMKIT_QUEUE, else
+// $XDG_STATE_HOME/idemkit/queue.db (~/.local/state/idemkit/queue.db).
+//
+// Exit status (see exitHelp): 0 done, 1 usage or local error, 2 interrupted
+// with work left, 3 a definitive failure of this run's intents, 4 an intent
+// of this run expired (outcome unknown), 130 SIGINT.
 package main
 
 import (
@@ -29,16 +33,28 @@ import (
 
 // Exit statuses.
 const (
-	exitOK      = 0
-	exitError   = 1
-	exitUsage   = 2
-	exitOutcome = 3
+	exitOK          = 0
+	exitError       = 1 // a usage error, or a local one (queue file, flags, network setup)
+	exitInterrupted = 2 // stopped (SIGTERM, --timeout, --max-attempts) with work left
+	exitFailed      = 3 // an intent of this run ended failed or canceled, or its key was reused
+	exitExpired     = 4 // an intent of this run expired: the outcome is unknown
+	exitSIGINT      = 130
 )
 
-// defaultDoQueue is the queue file of `idemkit do` without --queue.
-const defaultDoQueue = "idemkit-queue.db"
+// exitHelp documents the exit statuses in every command's --help.
+const exitHelp = `Exit status:
+  0    done: every intent this run handled succeeded
+  1    usage error, or a local one (queue file, flags)
+  2    interrupted (SIGTERM, --timeout, --max-attempts) with work left: it stays queued
+  3    definitive failure: an intent ended failed (a 4xx, a key reused with a different
+       request, here or on the server) or canceled
+  4    expired: the retry horizon passed without a definitive answer (outcome unknown)
+  130  SIGINT (Ctrl-C); work left stays queued`
 
-// exitError carries an exit status through cobra.
+// queueEnv names the queue file when --queue is not given.
+const queueEnv = "IDEMKIT_QUEUE"
+
+// statusError carries an exit status through cobra.
 type statusError struct {
 	code int
 	err  error
@@ -47,58 +63,115 @@ type statusError struct {
 func (e *statusError) Error() string { return e.err.Error() }
 func (e *statusError) Unwrap() error { return e.err }
 
+// signalError is the cause of the command context when a signal stopped it.
+type signalError struct{ name string }
+
+func (e *signalError) Error() string { return "interrupted (" + e.name + ")" }
+
+// errSIGINT and errSIGTERM are the causes main gives the context.
+var (
+	errSIGINT  = &signalError{"SIGINT"}
+	errSIGTERM = &signalError{"SIGTERM"}
+)
+
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sigs
+		if s == os.Interrupt {
+			cancel(errSIGINT)
+		} else {
+			cancel(errSIGTERM)
+		}
+		// A second signal does not wait for the clean stop.
+		<-sigs
+		os.Exit(exitSIGINT)
+	}()
+	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv,
+		stdoutTTY: isTerminal(os.Stdout), stderrTTY: isTerminal(os.Stderr)}
+	os.Exit(e.run(ctx, os.Args[1:]))
 }
 
-// run executes the command line args and returns the exit status.
-func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	root := newRootCmd(stdin, stdout, stderr)
+// env is what a command line runs with: the standard streams and the
+// environment (injected for tests).
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	// stdoutTTY ends a response body without a final newline with one (a
+	// pipe gets the body byte for byte); stderrTTY makes progress lines
+	// redraw in place.
+	stdoutTTY, stderrTTY bool
+}
+
+// run executes the command line args and returns the exit status. A
+// context canceled with errSIGINT as its cause exits 130.
+func (e *env) run(ctx context.Context, args []string) int {
+	root := newRootCmd(e)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
+	if errors.Is(context.Cause(ctx), errSIGINT) {
+		if err != nil {
+			printErr(e.stderr, err)
+		}
+		return exitSIGINT
+	}
 	if err == nil {
 		return exitOK
 	}
-	if msg := err.Error(); strings.HasPrefix(msg, "idemkit: ") {
-		fmt.Fprintln(stderr, msg)
-	} else {
-		fmt.Fprintln(stderr, "idemkit:", msg)
+	printErr(e.stderr, err)
+	return exitCode(err)
+}
+
+func printErr(w io.Writer, err error) {
+	msg := err.Error()
+	if msg == "" {
+		return
 	}
+	if !strings.HasPrefix(msg, "idemkit: ") {
+		msg = "idemkit: " + msg
+	}
+	fmt.Fprintln(w, msg)
+}
+
+// exitCode classifies an error returned by a command.
+func exitCode(err error) int {
 	var se *statusError
 	if errors.As(err, &se) {
 		return se.code
 	}
-	var re *idemkit.ResultError
-	if errors.As(err, &re) {
-		return exitOutcome
-	}
-	if isUsage(err) {
-		return exitUsage
+	return outcomeCode(err)
+}
+
+// outcomeCode is the exit status of an SDK error: 3 for a definitive
+// failure (a server 422 and a key reused in the local queue alike), 4 for
+// an expired intent, 1 otherwise.
+func outcomeCode(err error) int {
+	switch {
+	case errors.Is(err, idemkit.ErrWindowExpired):
+		return exitExpired
+	case errors.Is(err, idemkit.ErrKeyReused), errors.Is(err, idemkit.ErrFailed), errors.Is(err, idemkit.ErrCanceled):
+		return exitFailed
 	}
 	return exitError
 }
 
-type usageError struct{ error }
-
-func isUsage(err error) bool {
-	var ue usageError
-	if errors.As(err, &ue) {
-		return true
-	}
-	// Errors of cobra's own checks (required flags, arguments, commands).
-	msg := err.Error()
-	for _, p := range []string{"required flag", "unknown command", "accepts ", "requires at least", "unknown flag", "unknown shorthand"} {
-		if strings.Contains(msg, p) {
-			return true
-		}
-	}
-	return false
+// usagef is a usage error: exit status 1, like every local error.
+func usagef(format string, args ...any) error {
+	return &statusError{code: exitError, err: fmt.Errorf(format, args...)}
 }
 
-func newRootCmd(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
+// globals are the flags every command has.
+type globals struct {
+	queue   string
+	json    bool
+	verbose bool
+}
+
+func newRootCmd(e *env) *cobra.Command {
+	g := &globals{}
 	root := &cobra.Command{
 		Use:   "idemkit",
 		Short: "Send HTTP requests exactly once: one idempotency key per intent, persisted before the first attempt",
@@ -106,14 +179,40 @@ func newRootCmd(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 once and written to disk before the first byte is sent, and retries them with that same key
 (backoff with jitter, Retry-After, 409 "in progress") until the server answers definitively
 or the key's retention window runs out. Credentials given with -H 'Authorization: ...' are
-never written to the queue.`,
+never written to the queue.
+
+The queue file is --queue, else $` + queueEnv + `, else $XDG_STATE_HOME/idemkit/queue.db
+(~/.local/state/idemkit/queue.db when XDG_STATE_HOME is unset). Only do, submit and run
+create it; the other commands report "no queue at PATH".
+
+` + exitHelp,
+		Version:       versionString(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetIn(stdin)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newSubmitCmd(), newRunCmd(), newLsCmd(), newShowCmd(), newDoCmd(), newCancelCmd(), newPruneCmd())
+	root.SetVersionTemplate(versionTemplate)
+	root.SetIn(e.stdin)
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return &statusError{code: exitError, err: err} })
+	pf := root.PersistentFlags()
+	pf.StringVarP(&g.queue, "queue", "q", "", "queue file (default $"+queueEnv+", else $XDG_STATE_HOME/idemkit/queue.db)")
+	pf.BoolVar(&g.json, "json", false, "print JSON: one object per line on stdout")
+	pf.BoolVarP(&g.verbose, "verbose", "v", false, "show every attempt and why it was retried (stderr)")
+	root.AddCommand(newSubmitCmd(e, g), newRunCmd(e, g), newLsCmd(e, g), newShowCmd(e, g), newDoCmd(e, g),
+		newCancelCmd(e, g), newPruneCmd(e, g), newRetryCmd(e, g))
+	for _, c := range root.Commands() {
+		long := c.Long
+		if long == "" {
+			long = c.Short + "."
+		}
+		c.Long = long + "\n\n" + exitHelp
+	}
 	return root
+}
+
+// isTerminal reports whether f is a character device (a terminal).
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

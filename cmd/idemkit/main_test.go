@@ -27,14 +27,32 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(cleanupM{m})
 }
 
-// cli runs the command in-process.
+// cleanupM removes the binary built for the tests after they ran.
+type cleanupM struct{ m *testing.M }
+
+func (c cleanupM) Run() int {
+	code := c.m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	return code
+}
+
+// cli runs the command in-process, with an empty environment.
 func cli(t *testing.T, ctx context.Context, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return cliEnv(t, ctx, nil, stdin, args...)
+}
+
+// cliEnv runs the command in-process with the environment vars.
+func cliEnv(t *testing.T, ctx context.Context, vars map[string]string, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	var out, errb bytes.Buffer
-	code = run(ctx, args, strings.NewReader(stdin), &out, &errb)
+	e := &env{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb, getenv: func(k string) string { return vars[k] }}
+	code = e.run(ctx, args)
 	return code, out.String(), errb.String()
 }
 
@@ -93,6 +111,13 @@ func newAPI(t *testing.T) *api {
 	}))
 	t.Cleanup(a.Close)
 	return a
+}
+
+// seen returns the Authorization headers received so far.
+func (a *api) seen() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.auth...)
 }
 
 var uuidLine = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\n$`)
@@ -190,8 +215,8 @@ func TestCLI_RunUntilDoneFails(t *testing.T) {
 	code, _, errOut := cli(t, ctx, "", "submit", "--queue", queue, "--url", a.URL+"/charges", "--data", `{"amount":"bad"}`)
 	require.Equal(t, 0, code, errOut)
 	code, _, errOut = cli(t, ctx, "", "run", "--queue", queue, "--until-done", "-H", "Authorization: Bearer acct")
-	require.Equal(t, exitOutcome, code, errOut)
-	require.Contains(t, errOut, "1 intent(s) ended failed or expired")
+	require.Equal(t, exitFailed, code, errOut)
+	require.Contains(t, errOut, "1 of this run's intents ended failed or canceled")
 }
 
 func TestCLI_Do(t *testing.T) {
@@ -211,7 +236,7 @@ func TestCLI_Do(t *testing.T) {
 
 	// A failed request prints the body and exits 3.
 	code, out, _ = cli(t, ctx, "", "do", "--queue", queue, "--url", a.URL+"/charges", "-H", "Authorization: Bearer acct", "--data", "bad")
-	require.Equal(t, exitOutcome, code)
+	require.Equal(t, exitFailed, code)
 	require.Contains(t, out, "bad amount")
 }
 
@@ -228,7 +253,7 @@ func TestCLI_UsageErrors(t *testing.T) {
 		"bad flag":    {"ls", "--nope"},
 	} {
 		code, _, errOut := cli(t, ctx, "", args...)
-		require.Equal(t, exitUsage, code, "%s: %s", name, errOut)
+		require.Equal(t, exitError, code, "%s: %s", name, errOut)
 	}
 	code, _, errOut := cli(t, ctx, "", "submit", "--queue", filepath.Join(dir, "q.db"), "--url", "ftp://x/")
 	require.Equal(t, exitError, code)
@@ -243,21 +268,28 @@ func TestCLI_UsageErrors(t *testing.T) {
 
 func TestCLI_RunStopsOnSignal(t *testing.T) {
 	t.Parallel()
-	queue := filepath.Join(t.TempDir(), "q.db")
-	ctx, cancel := context.WithCancel(testCtx(t))
-	done := make(chan int, 1)
-	go func() {
-		code, _, _ := cli(t, ctx, "", "run", "--queue", queue)
-		done <- code
-	}()
-	// run without --until-done keeps going while the queue is empty...
-	select {
-	case code := <-done:
-		t.Fatalf("run exited early with %d", code)
-	case <-time.After(200 * time.Millisecond):
+	// main cancels the context with the signal as its cause: SIGTERM stops
+	// the service (0), SIGINT is a Ctrl-C (130).
+	for _, tc := range []struct {
+		cause error
+		want  int
+	}{{errSIGTERM, exitOK}, {errSIGINT, exitSIGINT}} {
+		queue := filepath.Join(t.TempDir(), "q.db")
+		ctx, cancel := context.WithCancelCause(testCtx(t))
+		done := make(chan int, 1)
+		go func() {
+			code, _, _ := cli(t, ctx, "", "run", "--queue", queue)
+			done <- code
+		}()
+		// run without --until-done keeps going while the queue is empty...
+		select {
+		case code := <-done:
+			t.Fatalf("run exited early with %d", code)
+		case <-time.After(200 * time.Millisecond):
+		}
+		cancel(tc.cause) // ...until SIGINT/SIGTERM
+		require.Equal(t, tc.want, <-done, "%v", tc.cause)
 	}
-	cancel() // ...until SIGINT/SIGTERM (main turns them into this)
-	require.Equal(t, 0, <-done)
 }
 
 // TestCLI_Binary builds the command and drives it as scripts do, including

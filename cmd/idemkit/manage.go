@@ -1,7 +1,14 @@
 package main
 
 import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -9,37 +16,58 @@ import (
 	"github.com/idemkit/idemkit"
 )
 
-func newCancelCmd() *cobra.Command {
-	var queue string
+func newCancelCmd(e *env, g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "cancel --queue FILE ID",
+		Use:   "cancel ID",
 		Short: "Cancel a pending intent so that it is never sent again",
-		Args:  cobra.ExactArgs(1),
+		Long: `cancel ends a pending intent as canceled: it is never sent again. An attempt already
+on the wire cannot be recalled. ID is an intent id, a unique prefix of one, or a key.
+Prints the intent (with --json: one JSON object).`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := idemkit.Open(cmd.Context(), queue, nil)
+			c, _, err := g.openExisting(cmd.Context(), e)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			return c.Cancel(cmd.Context(), args[0])
+			in, err := find(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
+			}
+			if in.State != idemkit.StatePending && in.State != idemkit.StateCanceled {
+				return fmt.Errorf("cannot cancel intent %s: it already ended %s (cancel is for pending intents)", in.ID, in.State)
+			}
+			if err := c.Cancel(cmd.Context(), in.ID); err != nil {
+				return err
+			}
+			if in, err = c.Get(cmd.Context(), in.ID); err != nil {
+				return err
+			}
+			if g.json {
+				return writeJSON(e.stdout, toJSON(in))
+			}
+			fmt.Fprintln(e.stdout, summary(in))
+			return nil
 		},
 	}
-	cmd.Flags().StringVar(&queue, "queue", "", "queue file (required)")
-	_ = cmd.MarkFlagRequired("queue")
 	return cmd
 }
 
-func newPruneCmd() *cobra.Command {
-	var (
-		queue     string
-		olderThan time.Duration
-	)
+func newPruneCmd(e *env, g *globals) *cobra.Command {
+	var olderThan time.Duration
 	cmd := &cobra.Command{
-		Use:   "prune --queue FILE [--older-than 168h]",
+		Use:   "prune [--older-than 168h]",
 		Short: "Delete terminal intents last updated before --older-than ago; print how many",
-		Args:  cobra.NoArgs,
+		Long: `prune deletes the intents that ended (succeeded, failed, expired, canceled) and were
+last updated more than --older-than ago, with their attempt logs, and prints how many (with
+--json: {"deleted": N}). Pending intents are never pruned. Succeeded intents are receipts:
+keep --older-than above the time you may need them.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := idemkit.Open(cmd.Context(), queue, nil)
+			if olderThan < 0 {
+				return usagef("--older-than %v: must not be negative", olderThan)
+			}
+			c, _, err := g.openExisting(cmd.Context(), e)
 			if err != nil {
 				return err
 			}
@@ -48,12 +76,115 @@ func newPruneCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), n)
+			if g.json {
+				return writeJSON(e.stdout, map[string]int{"deleted": n})
+			}
+			fmt.Fprintln(e.stdout, n)
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&queue, "queue", "", "queue file (required)")
-	_ = cmd.MarkFlagRequired("queue")
 	cmd.Flags().DurationVar(&olderThan, "older-than", 7*24*time.Hour, "minimum age of the intents to delete")
 	return cmd
+}
+
+func newRetryCmd(e *env, g *globals) *cobra.Command {
+	var yes bool
+	cmd := &cobra.Command{
+		Use:   "retry ID [--yes]",
+		Short: "Re-queue a failed intent under a new key, once you know it never took effect",
+		Long: `retry queues the request of a failed intent again as a new intent, under a NEW key
+(the old key's answer is final: resending under it only replays the failure). Only do this
+when the request never took effect: a 4xx usually means the server refused it (a missing
+credential, a bad field), but only you can know. retry asks you to type "yes" (or give
+--yes). It refuses expired intents (the outcome is unknown: the effect may have happened;
+reconcile with the server) and any intent that is not failed.
+
+The new key is derived from the old one (KEY~retry1, KEY~retry2, ...), so retrying the same
+failed intent twice re-queues it once. Nothing is sent: run 'idemkit run --until-done' with
+the credential flags (-H) the original request had. Prints the new intent id (with --json:
+the intent).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, qf, err := g.openExisting(cmd.Context(), e)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			old, err := find(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
+			}
+			switch old.State {
+			case idemkit.StateFailed:
+			case idemkit.StateExpired:
+				return &statusError{code: exitExpired, err: fmt.Errorf("refusing to retry intent %s: it expired, so its outcome is unknown (the effect may have happened); reconcile it with the server instead of resending under a new key", old.ID)}
+			default:
+				return usagef("refusing to retry intent %s: it is %s; only failed intents can be retried", old.ID, old.State)
+			}
+			key := retryKey(old.Key)
+			if in := retriedAs(cmd.Context(), c, old); in != nil {
+				return usagef("intent %s was already retried as %s (%s)", old.ID, in.ID, summary(in))
+			}
+			if !yes {
+				what := "no response"
+				if old.Outcome != nil {
+					what = statusText(old.Outcome.Status)
+				}
+				fmt.Fprintf(e.stderr, "Intent %s (%s %s) failed with %s.\nRe-queue it under the new key %s? Only if it never took effect. Type yes: ", old.ID, old.Method, old.URL, what, key)
+				line, _ := bufio.NewReader(e.stdin).ReadString('\n')
+				if strings.TrimSpace(line) != "yes" {
+					return usagef("not confirmed: nothing queued")
+				}
+			}
+			in, err := c.Submit(cmd.Context(), &idemkit.Request{Method: old.Method, URL: old.URL, Header: old.Header, Body: old.Body, Key: key})
+			if err != nil {
+				return err
+			}
+			if g.json {
+				if err := writeJSON(e.stdout, toJSON(in)); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintln(e.stdout, in.ID)
+			}
+			abs, aerr := filepath.Abs(qf.path)
+			if aerr != nil {
+				abs = qf.path
+			}
+			fmt.Fprintf(e.stderr, "idemkit: queued as %s with key %s; send it with (adding the credential -H the original had):\n  %s\n", in.ID, key, resumeHint(abs, 0, "", nil))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask: I know the failed request never took effect")
+	return cmd
+}
+
+// retriedAs returns the intent that retried in (under retryKey), or nil.
+func retriedAs(ctx context.Context, c *idemkit.Client, in *idemkit.Intent) *idemkit.Intent {
+	key := retryKey(in.Key)
+	all, _ := listAll(ctx, c, "") // damaged rows are left out
+	for _, r := range all {
+		if r.Key == key {
+			return r
+		}
+	}
+	return nil
+}
+
+// retryKey derives the key of the next retry from a failed intent's key:
+// KEY~retry1, then KEY~retry2 for a retry of that one. A key too long for
+// the suffix is replaced by its SHA-256.
+func retryKey(key string) string {
+	base, n := key, 1
+	if i := strings.LastIndex(key, "~retry"); i >= 0 {
+		if k, err := strconv.Atoi(key[i+len("~retry"):]); err == nil && k > 0 {
+			base, n = key[:i], k+1
+		}
+	}
+	suffix := fmt.Sprintf("~retry%d", n)
+	if len(base)+len(suffix) > 255 {
+		sum := sha256.Sum256([]byte(base))
+		base = hex.EncodeToString(sum[:16])
+	}
+	return base + suffix
 }

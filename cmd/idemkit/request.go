@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -31,7 +33,7 @@ func (f *requestFlags) register(cmd *cobra.Command) {
 
 func (f *requestFlags) request(stdin io.Reader) (*idemkit.Request, error) {
 	if f.url == "" {
-		return nil, usageError{fmt.Errorf("--url is required")}
+		return nil, usagef("--url is required")
 	}
 	h, err := parseHeaders(f.headers)
 	if err != nil {
@@ -51,7 +53,7 @@ func parseHeaders(lines []string) (http.Header, error) {
 		name, value, ok := strings.Cut(l, ":")
 		name = strings.TrimSpace(name)
 		if !ok || name == "" {
-			return nil, usageError{fmt.Errorf("header %q: want 'Name: value'", l)}
+			return nil, usagef("header %q: want 'Name: value'", l)
 		}
 		h.Add(name, strings.TrimSpace(value))
 	}
@@ -90,4 +92,85 @@ func credentialsIn(h http.Header) []string {
 		}
 	}
 	return out
+}
+
+// sendFlags are the flags of the commands that send (do, run).
+type sendFlags struct {
+	timeout     time.Duration
+	window      time.Duration
+	maxAttempts int
+}
+
+func (f *sendFlags) register(cmd *cobra.Command) {
+	cmd.Flags().DurationVar(&f.timeout, "timeout", 0, "stop after this long (0: no limit); work left stays queued (exit 2)")
+	cmd.Flags().DurationVar(&f.window, "window", 0, "the server's idempotency window, if shorter than 24h: no attempt starts after it (default 24h, or less if the server advertises it)")
+	cmd.Flags().IntVar(&f.maxAttempts, "max-attempts", 0, "at most this many attempts per intent in this run (0: until the window ends); the intent stays pending (exit 2)")
+}
+
+func (f *sendFlags) validate() error {
+	switch {
+	case f.timeout < 0:
+		return usagef("--timeout %v: must not be negative", f.timeout)
+	case f.window != 0 && f.window < time.Second:
+		return usagef("--window %v: must be at least 1s", f.window)
+	case f.maxAttempts < 0:
+		return usagef("--max-attempts %d: must not be negative", f.maxAttempts)
+	}
+	return nil
+}
+
+// context applies --timeout.
+func (f *sendFlags) context(ctx context.Context) (context.Context, context.CancelFunc) {
+	if f.timeout > 0 {
+		return context.WithTimeoutCause(ctx, f.timeout, errTimeout{f.timeout})
+	}
+	return context.WithCancel(ctx)
+}
+
+// errTimeout is the cause of a context ended by --timeout.
+type errTimeout struct{ d time.Duration }
+
+func (e errTimeout) Error() string { return fmt.Sprintf("--timeout %v reached", e.d) }
+
+// config is the SDK configuration of a sending command: the tracker's
+// logger and send hook, then hook (credentials), and the window.
+func (f *sendFlags) config(t *tracker, hook func(*http.Request) error) *idemkit.Config {
+	return &idemkit.Config{
+		Window: f.window,
+		Logger: t.logger(),
+		SendHookFunc: func(_ string, r *http.Request) error {
+			if err := t.sendHook(r); err != nil {
+				return err
+			}
+			if hook != nil {
+				return hook(r)
+			}
+			return nil
+		},
+	}
+}
+
+// resumeHint is the command that resumes the queued work: the queue, the
+// window, and a placeholder for every credential header it needs (never
+// the value).
+func resumeHint(queue string, window time.Duration, host string, creds []string) string {
+	parts := []string{"idemkit", "run", "--queue", shellQuote(queue), "--until-done"}
+	if window > 0 {
+		parts = append(parts, "--window", window.String())
+	}
+	if host != "" && len(creds) > 0 {
+		parts = append(parts, "--host", shellQuote(host))
+	}
+	for _, c := range creds {
+		parts = append(parts, "-H", shellQuote(c+": …"))
+	}
+	return strings.Join(parts, " ")
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:@%+,") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

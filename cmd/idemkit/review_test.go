@@ -49,10 +49,10 @@ func TestReview_LsListsAroundDamagedRow(t *testing.T) {
 	require.Contains(t, errOut, ids[1])
 }
 
-// TestReview_RunUntilDoneCountsEveryIntent: `run --until-done` exits 0 only
-// when no intent in the queue is failed or expired, not only those that
-// ended during this run.
-func TestReview_RunUntilDoneCountsEveryIntent(t *testing.T) {
+// TestRunUntilDone_JudgesOnlyThisRunsIntents: an old failed intent does
+// not make every later `run --until-done` exit 3; --all judges the whole
+// queue.
+func TestRunUntilDone_JudgesOnlyThisRunsIntents(t *testing.T) {
 	t.Parallel()
 	a := newAPI(t)
 	ctx := testCtx(t)
@@ -60,14 +60,19 @@ func TestReview_RunUntilDoneCountsEveryIntent(t *testing.T) {
 	code, _, errOut := cli(t, ctx, "", "submit", "--queue", queue, "--url", a.URL+"/charges", "--data", `{"amount":"bad"}`)
 	require.Equal(t, 0, code, errOut)
 	code, _, errOut = cli(t, ctx, "", "run", "--queue", queue, "--until-done", "-H", "Authorization: Bearer acct")
-	require.Equal(t, exitOutcome, code, errOut)
+	require.Equal(t, exitFailed, code, errOut)
 
 	code, _, errOut = cli(t, ctx, "", "submit", "--queue", queue, "--url", a.URL+"/charges", "--data", `{"amount":1}`)
 	require.Equal(t, 0, code, errOut)
-	code, _, errOut = cli(t, ctx, "", "run", "--queue", queue, "--until-done", "-H", "Authorization: Bearer acct")
-	require.Equal(t, exitOutcome, code, "a failed intent is still in the queue: %s", errOut)
-	require.Contains(t, errOut, "1 intent(s) ended failed or expired")
+	code, out, errOut := cli(t, ctx, "", "run", "--queue", queue, "--until-done", "-H", "Authorization: Bearer acct")
+	require.Equal(t, exitOK, code, "the old failed intent is not this run's: %s", errOut)
+	require.Contains(t, out, "succeeded 201 Created, replayed=false, attempts=1")
 	require.EqualValues(t, 1, a.effects.Load())
+
+	code, _, errOut = cli(t, ctx, "", "run", "--queue", queue, "--until-done", "--all")
+	require.Equal(t, exitFailed, code, errOut)
+	require.Contains(t, errOut, "1 of the queue's intents ended failed or canceled")
+	require.Contains(t, errOut, "failed 400 Bad Request")
 }
 
 // TestReview_RunRefusesIdempotencyKeyHeader: -H on run is added to every
@@ -84,7 +89,7 @@ func TestReview_RunRefusesIdempotencyKeyHeader(t *testing.T) {
 	}
 	code, _, errOut := cli(t, ctx, "", "run", "--queue", queue, "--until-done",
 		"-H", "Authorization: Bearer acct", "-H", "Idempotency-Key: same-for-all")
-	require.Equal(t, exitUsage, code, errOut)
+	require.Equal(t, exitError, code, errOut)
 	require.Contains(t, errOut, "Idempotency-Key")
 	require.EqualValues(t, 0, a.effects.Load(), "nothing sent")
 }

@@ -1,35 +1,33 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"sort"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/idemkit/idemkit"
 )
 
-func newShowCmd() *cobra.Command {
-	var (
-		queue  string
-		asJSON bool
-	)
+func newShowCmd(e *env, g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "show --queue FILE ID [--json]",
+		Use:   "show ID [--json]",
 		Short: "Show one intent: the request, its attempts and its outcome",
-		Args:  cobra.ExactArgs(1),
+		Long: `show prints one intent: the request as stored (credential headers never are), every
+attempt with its status or error, and the outcome. ID is an intent id, a unique prefix of
+one (8 characters are usually enough), or a key. With --json: one object, the ls fields plus
+header, body, outcome and attempt_log.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := idemkit.Open(cmd.Context(), queue, nil)
+			c, _, err := g.openExisting(cmd.Context(), e)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			in, err := c.Get(cmd.Context(), args[0])
+			in, err := find(cmd.Context(), c, args[0])
 			if err != nil {
 				return err
 			}
@@ -37,32 +35,31 @@ func newShowCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			w := cmd.OutOrStdout()
-			if asJSON {
-				j := toJSON(in)
-				j.Header = in.Header
-				j.Body, j.BodyBase64 = bodyFields(in.Body)
-				if in.Outcome != nil {
-					o := &outcomeJSON{Status: in.Outcome.Status, Replayed: in.Outcome.Replayed, Header: in.Outcome.Header}
-					o.Body, o.BodyBase64 = bodyFields(in.Outcome.Body)
-					j.Outcome = o
-				}
-				j.AttemptLog = []attemptJSON{}
-				for _, a := range log {
-					j.AttemptLog = append(j.AttemptLog, attemptJSON{N: a.N, Token: a.Token, StartedAt: a.StartedAt,
-						FinishedAt: timePtr(a.FinishedAt), Status: a.Status, Error: a.Error, Replayed: a.Replayed})
-				}
-				return json.NewEncoder(w).Encode(j)
+			w := e.stdout
+			if g.json {
+				return writeJSON(w, toFullJSON(in, log))
 			}
-			fmt.Fprintf(w, "ID:          %s\nKey:         %s\nState:       %s\nRequest:     %s %s\n", in.ID, in.Key, in.State, in.Method, in.URL)
+			fmt.Fprintf(w, "ID:          %s\nKey:         %s\nState:       %s\n", in.ID, in.Key, in.State)
+			if o := in.Outcome; o != nil {
+				fmt.Fprintf(w, "Status:      %s\nReplayed:    %v\n", statusText(o.Status), o.Replayed)
+			}
+			fmt.Fprintf(w, "Request:     %s %s\n", in.Method, in.URL)
 			printHeader(w, "             ", in.Header)
 			fmt.Fprintf(w, "Body:        %d bytes\nAttempts:    %d\nCreated:     %s\n", len(in.Body), in.Attempts, fmtTime(in.CreatedAt))
 			fmt.Fprintf(w, "First try:   %s\nHorizon:     %s\n", fmtTime(in.FirstAttemptAt), fmtTime(in.Horizon))
 			if in.State == idemkit.StatePending {
 				fmt.Fprintf(w, "Next try:    %s\n", fmtTime(in.NextAttemptAt))
 			}
-			if in.LastError != "" {
-				fmt.Fprintf(w, "Last error:  %s\n", in.LastError)
+			if le := lastError(in); le != "" {
+				if real := withAttemptError(in, log).LastError; real != le {
+					le = fmt.Sprintf("%s (then: %s)", real, le)
+				}
+				fmt.Fprintf(w, "Last error:  %s\n", le)
+			}
+			if in.State == idemkit.StateFailed {
+				if next := retriedAs(cmd.Context(), c, in); next != nil {
+					fmt.Fprintf(w, "Retried as:  %s (key %s, %s)\n", next.ID, next.Key, next.State)
+				}
 			}
 			if len(log) > 0 {
 				fmt.Fprintln(w, "\nAttempts:")
@@ -89,17 +86,7 @@ func newShowCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&queue, "queue", "", "queue file (required)")
-	_ = cmd.MarkFlagRequired("queue")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
-}
-
-func fmtTime(t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return t.UTC().Format(time.RFC3339Nano)
 }
 
 func printHeader(w interface{ Write([]byte) (int, error) }, indent string, h http.Header) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -9,36 +10,46 @@ import (
 	"github.com/idemkit/idemkit"
 )
 
-func newSubmitCmd() *cobra.Command {
-	var queue string
+func newSubmitCmd(e *env, g *globals) *cobra.Command {
 	var rf requestFlags
 	cmd := &cobra.Command{
-		Use:   "submit --queue FILE --url URL [--method POST] [-H 'Name: value']... [--data STRING|@FILE] [--key KEY]",
+		Use:   "submit --url URL [--method POST] [-H 'Name: value']... [--data STRING|@FILE] [--key KEY]",
 		Short: "Queue one request (persisted, not sent) and print its intent id",
-		Args:  cobra.NoArgs,
+		Long: `submit persists one intent and prints its id alone on one line (with --json: the intent
+as one JSON object). Nothing is sent: 'idemkit run' sends it. Credential headers
+(Authorization, Proxy-Authorization, Cookie) are never stored: give them to 'idemkit run -H'.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req, err := rf.request(cmd.InOrStdin())
 			if err != nil {
 				return err
 			}
-			if creds := credentialsIn(req.Header); len(creds) > 0 {
-				fmt.Fprintf(cmd.ErrOrStderr(), "idemkit: %s not stored in the queue; give it to 'idemkit run -H' instead\n", strings.Join(creds, ", "))
+			qf, err := g.queueFile(e)
+			if err != nil {
+				return err
 			}
-			c, err := idemkit.Open(cmd.Context(), queue, nil)
+			if creds := credentialsIn(req.Header); len(creds) > 0 {
+				fmt.Fprintf(e.stderr, "idemkit: %s not stored in the queue; give it to 'idemkit run -H' instead\n", strings.Join(creds, ", "))
+			}
+			c, err := qf.open(cmd.Context(), mayCreate, nil)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
 			in, err := c.Submit(cmd.Context(), req)
+			if errors.Is(err, idemkit.ErrKeyReused) {
+				return fmt.Errorf("--key %s is already in the queue with a different request: %w", req.Key, err)
+			}
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), in.ID)
+			if g.json {
+				return writeJSON(e.stdout, toJSON(in))
+			}
+			fmt.Fprintln(e.stdout, in.ID)
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&queue, "queue", "", "queue file (required)")
-	_ = cmd.MarkFlagRequired("queue")
 	rf.register(cmd)
 	return cmd
 }

@@ -271,7 +271,8 @@ func runChaos(t *testing.T, cfg chaosConfig) {
 					_ = os.WriteFile(filepath.Join(d, cfg.name+".cli.log"), []byte(log.String()), 0o600)
 				}
 				var ee *exec.ExitError
-				if err != nil && !(cfg.mayExpire && errors.As(err, &ee) && ee.ExitCode() == 3) {
+				// idemkit run exits 4 when an intent of its run expired, 3 when one failed.
+				if err != nil && !(cfg.mayExpire && errors.As(err, &ee) && (ee.ExitCode() == 3 || ee.ExitCode() == 4)) {
 					fail(fmt.Errorf("idemkit run: %w; stderr:\n%s", err, tail(log.String(), 3000)))
 					return
 				}

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The SDK has no event hook: the CLI learns about attempts, retries and
+// ends from the messages of Config.Logger (see send.go). These are the
+// messages it reads.
+const (
+	msgAttempt     = "idemkit: attempt"
+	msgRetrying    = "idemkit: retrying"
+	msgRescheduled = "idemkit: rescheduled"
+	msgEnded       = "idemkit: intent ended"
+)
+
+// tracker follows what this process does to intents: it prints attempts and
+// retries, remembers which intents ended here, and enforces --max-attempts.
+type tracker struct {
+	w io.Writer
+	// verbose prints every attempt; retries prints why an attempt is
+	// retried (always with verbose).
+	verbose, retries bool
+	// maxAttempts bounds the attempts this process makes per intent (0: no
+	// bound). The SDK cannot bound them: the send hook refuses the attempt
+	// past the bound and onExhausted is called.
+	maxAttempts int
+	onExhausted func(id string)
+
+	mu        sync.Mutex
+	attempts  map[string]int    // intent id -> attempts started here (this process's count)
+	sent      map[string]int    // key as sent -> attempts the send hook let through
+	keyID     map[string]string // key as sent -> intent id
+	exhausted map[string]bool   // intent ids that reached maxAttempts
+	ended     []string          // ids that ended here, in order
+	endedSeen map[string]bool
+}
+
+func newTracker(w io.Writer, verbose, retries bool, maxAttempts int) *tracker {
+	return &tracker{w: w, verbose: verbose, retries: retries || verbose, maxAttempts: maxAttempts,
+		attempts: map[string]int{}, sent: map[string]int{}, keyID: map[string]string{},
+		exhausted: map[string]bool{}, endedSeen: map[string]bool{}}
+}
+
+// logger is the Config.Logger that feeds the tracker.
+func (t *tracker) logger() *slog.Logger { return slog.New(&trackHandler{t: t}) }
+
+// errMaxAttempts is the send hook's refusal past --max-attempts.
+type errMaxAttempts struct{ n int }
+
+func (e errMaxAttempts) Error() string {
+	return fmt.Sprintf("--max-attempts %d reached in this run; the intent stays pending", e.n)
+}
+
+// sendHook counts the attempts of each key and refuses the one past
+// --max-attempts. It runs before every attempt.
+func (t *tracker) sendHook(r *http.Request) error {
+	if t.maxAttempts <= 0 {
+		return nil
+	}
+	key := r.Header.Get("Idempotency-Key")
+	t.mu.Lock()
+	t.sent[key]++
+	over := t.sent[key] > t.maxAttempts
+	id := t.keyID[key]
+	t.mu.Unlock()
+	if over {
+		t.exhaust(id)
+		return errMaxAttempts{t.maxAttempts}
+	}
+	return nil
+}
+
+func (t *tracker) exhaust(id string) {
+	if id == "" {
+		return
+	}
+	t.mu.Lock()
+	first := !t.exhausted[id]
+	t.exhausted[id] = true
+	t.mu.Unlock()
+	if first && t.onExhausted != nil {
+		t.onExhausted(id)
+	}
+}
+
+// isExhausted reports whether the intent reached --max-attempts here.
+func (t *tracker) isExhausted(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.exhausted[id]
+}
+
+// takeEnded returns the ids that ended here since the last call.
+func (t *tracker) takeEnded() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := t.ended
+	t.ended = nil
+	return out
+}
+
+// exhaustedIDs returns the intents that reached --max-attempts here.
+func (t *tracker) exhaustedIDs() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]string, 0, len(t.exhausted))
+	for id := range t.exhausted {
+		out = append(out, id)
+	}
+	return out
+}
+
+// endedSinceStart returns every intent that ended in this process.
+func (t *tracker) endedSinceStart() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]string, 0, len(t.endedSeen))
+	for id := range t.endedSeen {
+		out = append(out, id)
+	}
+	return out
+}
+
+// endedHere reports whether the intent ended in this process.
+func (t *tracker) endedHere(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.endedSeen[id]
+}
+
+func (t *tracker) printf(format string, args ...any) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fmt.Fprintf(t.w, "idemkit: "+format+"\n", args...)
+}
+
+// event handles one SDK log record.
+func (t *tracker) event(level slog.Level, msg string, a map[string]slog.Value) {
+	id := a["intent"].String()
+	switch msg {
+	case msgAttempt:
+		n := intAttr(a["attempt"])
+		t.mu.Lock()
+		t.attempts[id]++
+		if k, ok := a["key"]; ok {
+			t.keyID[k.String()] = id
+		}
+		t.mu.Unlock()
+		if t.verbose {
+			t.printf("%s attempt %d: %s", shortID(id), n, a["url"].String())
+		}
+	case msgRetrying:
+		if t.retries {
+			wait := durAttr(a["wait"]).Round(time.Millisecond)
+			t.printf("%s attempt %d: %s; retrying in %v with the same key", shortID(id), intAttr(a["attempt"]), a["reason"].String(), wait)
+		}
+		t.mu.Lock()
+		n := t.attempts[id]
+		t.mu.Unlock()
+		if t.maxAttempts > 0 && n >= t.maxAttempts {
+			t.exhaust(id)
+		}
+	case msgRescheduled:
+		if t.retries {
+			t.printf("%s: no definitive answer; next attempt at %s (the wait is written to the queue)", shortID(id), fmtTime(timeAttr(a["next"])))
+		}
+		t.mu.Lock()
+		n := t.attempts[id]
+		t.mu.Unlock()
+		if t.maxAttempts > 0 && n >= t.maxAttempts {
+			t.exhaust(id)
+		}
+	case msgEnded:
+		t.mu.Lock()
+		if !t.endedSeen[id] {
+			t.endedSeen[id] = true
+			t.ended = append(t.ended, id)
+		}
+		t.mu.Unlock()
+		if t.verbose {
+			line := fmt.Sprintf("%s ended %s after %d attempt(s)", shortID(id), a["state"].String(), intAttr(a["attempts"]))
+			if e := a["error"].String(); e != "" {
+				line += ": " + e
+			}
+			t.printf("%s", line)
+		}
+	default:
+		if level >= slog.LevelWarn {
+			var parts []string
+			for k, v := range a {
+				parts = append(parts, k+"="+v.String())
+			}
+			t.printf("%s %s", strings.TrimPrefix(msg, "idemkit: "), strings.Join(parts, " "))
+		}
+	}
+}
+
+// trackHandler is a slog.Handler that hands every record to a tracker.
+type trackHandler struct{ t *tracker }
+
+func (h *trackHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *trackHandler) Handle(_ context.Context, r slog.Record) error {
+	a := make(map[string]slog.Value, r.NumAttrs())
+	r.Attrs(func(at slog.Attr) bool {
+		a[at.Key] = at.Value.Resolve()
+		return true
+	})
+	h.t.event(r.Level, r.Message, a)
+	return nil
+}
+
+func (h *trackHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *trackHandler) WithGroup(string) slog.Handler      { return h }
+
+// The accessors of slog.Value panic on another kind: these do not.
+
+func intAttr(v slog.Value) int {
+	switch v.Kind() {
+	case slog.KindInt64:
+		return int(v.Int64())
+	case slog.KindUint64:
+		return int(v.Uint64())
+	}
+	return 0
+}
+
+func durAttr(v slog.Value) time.Duration {
+	if v.Kind() == slog.KindDuration {
+		return v.Duration()
+	}
+	return 0
+}
+
+func timeAttr(v slog.Value) time.Time {
+	if v.Kind() == slog.KindTime {
+		return v.Time()
+	}
+	return time.Time{}
+}
