@@ -78,6 +78,7 @@ const (
 	LockTimeoutDefault         = 3 * time.Second
 	MaxFingerprintBytesDefault = 1 << 20
 	MaxResponseBytesDefault    = 1 << 20
+	StoreTimeoutDefault        = 5 * time.Second
 )
 
 // ReplayHeadersDefault is the default Config.ReplayHeaders.
@@ -114,6 +115,13 @@ type Config struct {
 	// concurrent uncommitted claim of the same key before answering 409.
 	// Defaults to LockTimeoutDefault (3s).
 	LockTimeout time.Duration
+
+	// StoreTimeout bounds every call the middleware makes to the store
+	// (claim, read, completion, release, lease extension, commit): a
+	// database path that stops answering fails the call after it instead of
+	// hanging the request. Lease extensions are also bounded by a third of
+	// LeaseDuration. Defaults to StoreTimeoutDefault (5s).
+	StoreTimeout time.Duration
 
 	// PrincipalWideKeys takes the endpoint out of the scope: a key then
 	// names one intent of a principal, whatever route it is sent to, and
@@ -174,6 +182,7 @@ func (c *Config) WithDefaults() *Config {
 	out.LockTimeout = cmp.Or(out.LockTimeout, LockTimeoutDefault)
 	out.MaxFingerprintBytes = cmp.Or(out.MaxFingerprintBytes, MaxFingerprintBytesDefault)
 	out.MaxResponseBytes = cmp.Or(out.MaxResponseBytes, MaxResponseBytesDefault)
+	out.StoreTimeout = cmp.Or(out.StoreTimeout, StoreTimeoutDefault)
 	if out.EndpointFunc == nil {
 		out.EndpointFunc = DefaultEndpoint
 	}
@@ -204,6 +213,9 @@ func (c *Config) validate() error {
 	}
 	if c.LockTimeout < time.Millisecond {
 		errs = append(errs, fmt.Errorf("Config.LockTimeout must be at least 1ms, got %v", c.LockTimeout))
+	}
+	if c.StoreTimeout < time.Millisecond {
+		errs = append(errs, fmt.Errorf("Config.StoreTimeout must be at least 1ms, got %v", c.StoreTimeout))
 	}
 	if c.MaxFingerprintBytes < 0 {
 		errs = append(errs, fmt.Errorf("Config.MaxFingerprintBytes must not be negative, got %d", c.MaxFingerprintBytes))

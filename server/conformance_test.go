@@ -587,7 +587,9 @@ func TestOutcome_CommitFailureRollsBack(t *testing.T) {
 func TestOutcome_LeaseCompleteFailureStillSends(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, kind string) {
-		b := mwSetup(t, kind, ModeLease, nil)
+		// The completion is retried while the lease lasts; a short lease
+		// makes the unreachable store's lease lapse quickly.
+		b := mwSetup(t, kind, ModeLease, func(c *Config) { c.LeaseDuration = 600 * time.Millisecond })
 		mux := http.NewServeMux()
 		mux.Handle("POST /charge", b.mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			b.runs.Add(1)

@@ -11,7 +11,6 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 )
 
@@ -50,6 +49,11 @@ const (
 	// OutcomePassThrough: no key and Config.AllowMissingKey; the handler ran
 	// unprotected.
 	OutcomePassThrough Outcome = "pass_through"
+	// OutcomeUnknown: 503 outcome-unknown; the middleware cannot tell
+	// whether the result was applied or stored (a COMMIT whose answer was
+	// lost, a lease lost while the handler ran). A retry with the same key
+	// finds out.
+	OutcomeUnknown Outcome = "unknown"
 	// OutcomeCanceled: the request's context ended before the key was
 	// claimed (the client went away), or the handler then returned without
 	// writing anything; nothing is stored and nothing is held.
@@ -275,8 +279,8 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 	// The claim commits on its own: a client that disconnects mid-statement
 	// must not leave a committed claim this process never learns about (and
 	// so never releases), so the claim runs on a context the request cannot
-	// cancel, bounded by claimTimeout instead.
-	claimCtx, cancelClaim := context.WithTimeout(cleanup, claimTimeout)
+	// cancel, bounded by Config.StoreTimeout instead.
+	claimCtx, cancelClaim := context.WithTimeout(cleanup, m.cfg.StoreTimeout)
 	t0 := time.Now()
 	res, err := m.store.Claim(claimCtx, req)
 	cancelClaim()
@@ -297,8 +301,11 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 		return
 	}
 	m.acquired(ev, res)
-	hb := m.startHeartbeat(cleanup, scope, res.Token)
-	defer hb.stop()
+	hctx, cancelHandler := context.WithCancelCause(ctx)
+	defer cancelHandler(nil)
+	r = r.WithContext(context.WithValue(hctx, ctxKeyAttempt, attemptOf(res)))
+	l := m.startLease(cleanup, scope, res.Token, t0, cancelHandler)
+	defer l.stop()
 
 	rec := newRecorder(w, m.cfg.MaxResponseBytes)
 	rec.overflowFunc = func() bool {
@@ -306,12 +313,10 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 		if status >= 500 {
 			return false // keep buffering; the claim will be released
 		}
-		hb.stop()
-		ev.Err = m.complete(cleanup, r, scope, res.Token, m.storedResponse(rec, true))
+		ev.Err = l.complete(cleanup, r, m.storedResponse(rec, true))
 		return true
 	}
 	pv, panicked := runHandler(next, rec, r)
-	hb.stop()
 
 	if panicked {
 		if rec.streaming {
@@ -321,6 +326,7 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 				scopeAttrs(scope, slog.Any("panic", pv))...)
 			panic(http.ErrAbortHandler)
 		}
+		l.stop()
 		m.release(cleanup, r, scope, res.Token)
 		m.panicked(w, r, ev, pv)
 		return
@@ -329,8 +335,17 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 		// The handler gave up on a client that is gone and answered nothing:
 		// no outcome to store. Storing an empty 200 would replay success to
 		// the retry; free the key so that the retry runs the handler.
+		l.stop()
 		m.release(cleanup, r, scope, res.Token)
 		m.canceledInHandler(w, r, ev, ctx.Err())
+		return
+	}
+	if lost := l.lostErr(); lost != nil && !rec.wrote() {
+		// The handler stopped because its lease was lost: whatever it did
+		// is unknown, and the claim is (or will be) another attempt's, which
+		// is told so. Store nothing and release nothing.
+		l.stop()
+		m.outcomeUnknown(w, r, ev, lost, "The request's claim was lost while it was being processed, so its outcome is unknown. Retry with the same Idempotency-Key: the retry reconciles and answers the outcome.")
 		return
 	}
 	status, _ := rec.result()
@@ -340,45 +355,23 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 		return
 	}
 	if status >= 500 {
+		l.stop()
 		m.release(cleanup, r, scope, res.Token)
 		ev.Outcome = OutcomeReleased
 		rec.send(nil)
 		return
 	}
-	ev.Err = m.complete(cleanup, r, scope, res.Token, m.storedResponse(rec, rec.overflowed))
+	ev.Err = l.complete(cleanup, r, m.storedResponse(rec, rec.overflowed))
 	ev.Outcome = OutcomeExecuted
 	rec.send(nil)
-}
-
-// claimTimeout bounds a lease-mode claim, which runs on a context the
-// request cannot cancel.
-const claimTimeout = 10 * time.Second
-
-// complete stores resp for the lease-mode claim. A failure is logged and
-// returned, but the response is still sent: the handler's effect happened.
-func (m *Middleware) complete(ctx context.Context, r *http.Request, scope Scope, token int64, resp *StoredResponse) error {
-	err := m.store.Complete(ctx, scope, token, m.now(), resp)
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, ErrLeaseLost) {
-		m.metrics.leaseLost.Inc()
-		m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn,
-			"idemkit: lease lost before completion; the response is sent but not stored (a retry took the claim over)",
-			scopeAttrs(scope, slog.Int64("token", token))...)
-		return err
-	}
-	m.metrics.storeError("complete")
-	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError,
-		"idemkit: could not store the response; it is sent but a retry after the lease may run the handler again",
-		scopeAttrs(scope, slog.Int64("token", token), slog.Any("error", err))...)
-	return err
 }
 
 // release frees a lease-mode claim after a 5xx or a panic.
 func (m *Middleware) release(ctx context.Context, r *http.Request, scope Scope, token int64) {
 	m.metrics.releases.Inc()
-	err := m.store.Release(ctx, scope, token)
+	callCtx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+	defer cancel()
+	err := m.store.Release(callCtx, scope, token)
 	if err == nil {
 		return
 	}
@@ -391,6 +384,15 @@ func (m *Middleware) release(ctx context.Context, r *http.Request, scope Scope, 
 		scopeAttrs(scope, slog.Int64("token", token), slog.Any("error", err))...)
 }
 
+// outcomeUnknown answers a request whose result may or may not have been
+// applied or stored: 503 outcome-unknown, retry with the same key.
+func (m *Middleware) outcomeUnknown(w http.ResponseWriter, r *http.Request, ev *Event, err error, detail string) {
+	ev.Outcome, ev.Status, ev.Err = OutcomeUnknown, http.StatusServiceUnavailable, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idemkit: outcome unknown; answered outcome-unknown",
+		scopeAttrs(ev.Scope, slog.Any("error", err))...)
+	writeProblem(w, http.StatusServiceUnavailable, ProblemOutcomeUnknown, detail, 1)
+}
+
 func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fp []byte, version int, ev *Event) {
 	ctx := r.Context()
 	cleanup := context.WithoutCancel(ctx)
@@ -398,37 +400,53 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 	// expires, so a plain read answers a duplicate without a transaction (and,
 	// on SQLite, without waiting for the single writer). Absence proves
 	// nothing here; only the claim below decides who runs the handler.
-	if rec, err := m.store.Get(ctx, scope, m.now()); err == nil && rec.State == StateCompleted {
-		m.answerExisting(w, r, rec, fp, version, ev)
+	getCtx, cancelGet := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+	existing, err := m.store.Get(getCtx, scope, m.now())
+	cancelGet()
+	if err == nil && existing.State == StateCompleted {
+		m.answerExisting(w, r, existing, fp, version, ev)
 		return
 	}
-	tx, err := m.store.BeginTx(ctx, m.cfg.LockTimeout)
+	beginCtx, cancelBegin := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+	tx, err := m.store.BeginTx(beginCtx, m.cfg.LockTimeout)
+	cancelBegin()
 	if err != nil {
 		m.storeFailure(w, r, ev, "begin", err)
 		return
 	}
-	defer func() { _ = tx.Rollback(cleanup) }() // a no-op after Commit
+	rollback := func() {
+		rbCtx, cancel := context.WithTimeout(cleanup, m.cfg.StoreTimeout)
+		defer cancel()
+		if err := tx.Rollback(rbCtx); err != nil {
+			m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemkit: rollback failed; the database ends the transaction when the connection closes",
+				scopeAttrs(scope, slog.Any("error", err))...)
+		}
+	}
+	defer rollback() // a no-op after Commit or Rollback
 	req := m.claimRequest(scope, fp, version, m.cfg.LockTimeout)
 	t0 := time.Now()
-	res, err := tx.Claim(ctx, req)
+	claimCtx, cancelClaim := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+	res, err := tx.Claim(claimCtx, req)
+	cancelClaim()
 	m.metrics.claimTime.Observe(time.Since(t0).Seconds())
 	if err != nil {
-		_ = tx.Rollback(cleanup)
+		rollback()
 		m.storeFailure(w, r, ev, "claim", err)
 		return
 	}
 	if !res.Acquired {
-		_ = tx.Rollback(cleanup)
+		rollback()
 		m.answerExisting(w, r, res.Existing, fp, version, ev)
 		return
 	}
 	m.acquired(ev, res)
 
 	rec := newRecorder(w, m.cfg.MaxResponseBytes)
-	r = r.WithContext(context.WithValue(r.Context(), ctxKeyTx, tx.Handle()))
+	hctx := context.WithValue(context.WithValue(ctx, ctxKeyTx, tx.Handle()), ctxKeyAttempt, attemptOf(res))
+	r = r.WithContext(hctx)
 	pv, panicked := runHandler(next, rec, r)
 	if panicked {
-		_ = tx.Rollback(cleanup)
+		rollback()
 		m.metrics.releases.Inc()
 		m.panicked(w, r, ev, pv)
 		return
@@ -436,28 +454,34 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 	if !rec.wrote() && ctx.Err() != nil {
 		// As in lease mode: nothing answered to a gone client is no outcome;
 		// roll back so that the retry runs the handler.
-		_ = tx.Rollback(cleanup)
+		rollback()
 		m.metrics.releases.Inc()
 		m.canceledInHandler(w, r, ev, ctx.Err())
 		return
 	}
 	status, _ := rec.result()
 	if status >= 500 {
-		_ = tx.Rollback(cleanup)
+		rollback()
 		m.metrics.releases.Inc()
 		ev.Outcome, ev.Status = OutcomeReleased, status
 		rec.send(nil)
 		return
 	}
-	err = tx.Complete(cleanup, scope, res.Token, m.now(), m.storedResponse(rec, rec.overflowed))
+	endCtx, cancelEnd := context.WithTimeout(cleanup, m.cfg.StoreTimeout)
+	defer cancelEnd()
+	err = tx.Complete(endCtx, scope, res.Token, m.now(), m.storedResponse(rec, rec.overflowed))
 	op := "complete"
 	if err == nil {
 		op = "commit"
-		err = tx.Commit(cleanup)
+		err = tx.Commit(endCtx)
 	}
 	if err != nil {
-		_ = tx.Rollback(cleanup)
+		rollback()
 		m.metrics.storeError(op)
+		if errors.Is(err, ErrOutcomeUnknown) {
+			m.commitUnknown(w, r, rec, scope, res.Token, ev, err)
+			return
+		}
 		m.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idemkit: transaction failed after the handler ran; its effect was rolled back",
 			scopeAttrs(scope, slog.String("op", op), slog.Any("error", err))...)
 		ev.Outcome, ev.Status, ev.Err = OutcomeStoreError, http.StatusServiceUnavailable, err
@@ -471,6 +495,28 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 	}
 	ev.Outcome, ev.Status = OutcomeExecuted, status
 	rec.send(nil)
+}
+
+// commitUnknown answers a transactional request whose COMMIT was sent but
+// whose answer was lost: the transaction may have committed. The record is
+// read again; if it holds this claim's completion, the commit happened and
+// the handler's response is sent. Otherwise the answer is outcome-unknown,
+// never "nothing was applied": the commit may still have happened, and a
+// retry with the same key replays it if so.
+func (m *Middleware) commitUnknown(w http.ResponseWriter, r *http.Request, rec *recorder, scope Scope, token int64, ev *Event, err error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), m.cfg.StoreTimeout)
+	defer cancel()
+	stored, getErr := m.store.Get(ctx, scope, m.now())
+	if getErr == nil && stored.State == StateCompleted && stored.Token == token {
+		m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "idemkit: the COMMIT's answer was lost, but the record shows it committed",
+			scopeAttrs(scope, slog.Any("error", err))...)
+		status, _ := rec.result()
+		ev.Outcome, ev.Status = OutcomeExecuted, status
+		rec.send(nil)
+		return
+	}
+	m.outcomeUnknown(w, r, ev, errors.Join(err, getErr),
+		"The result was sent to the database but its confirmation was lost, so it may or may not have been applied. Retry with the same Idempotency-Key: a retry replays the result if it was applied.")
 }
 
 func (m *Middleware) acquired(ev *Event, res ClaimResult) {
@@ -625,53 +671,4 @@ func scopeAttrs(s Scope, extra ...slog.Attr) []slog.Attr {
 	return append([]slog.Attr{
 		slog.String("principal", s.Principal), slog.String("endpoint", s.Endpoint), slog.String("key", s.Key),
 	}, extra...)
-}
-
-// heartbeat extends a lease every LeaseDuration/3 until stopped.
-type heartbeat struct {
-	once   sync.Once
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-func (m *Middleware) startHeartbeat(ctx context.Context, scope Scope, token int64) *heartbeat {
-	ctx, cancel := context.WithCancel(ctx)
-	hb := &heartbeat{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(hb.done)
-		t := time.NewTicker(m.cfg.LeaseDuration / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			err := m.store.ExtendLease(ctx, scope, token, m.now().Add(m.cfg.LeaseDuration))
-			switch {
-			case err == nil:
-			case ctx.Err() != nil:
-				return
-			case errors.Is(err, ErrLeaseLost):
-				m.metrics.leaseLost.Inc()
-				m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemkit: lease lost while the handler runs; another attempt took the key over",
-					scopeAttrs(scope, slog.Int64("token", token))...)
-				return
-			default:
-				m.metrics.storeError("extend_lease")
-				m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemkit: could not extend the lease",
-					scopeAttrs(scope, slog.Int64("token", token), slog.Any("error", err))...)
-			}
-		}
-	}()
-	return hb
-}
-
-// stop stops the heartbeat and waits for it. It is safe to call more than
-// once.
-func (hb *heartbeat) stop() {
-	hb.once.Do(func() {
-		hb.cancel()
-		<-hb.done
-	})
 }

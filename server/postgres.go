@@ -16,6 +16,15 @@ import (
 // claim when BeginTx is given none.
 const PostgresLockTimeoutDefault = 3 * time.Second
 
+// Defaults of the timeouts a transactional-mode transaction sets on itself.
+const (
+	PostgresStatementTimeoutDefault         = 30 * time.Second
+	PostgresIdleInTransactionTimeoutDefault = 60 * time.Second
+)
+
+// pgRollbackTimeout bounds a rollback whose context was canceled.
+const pgRollbackTimeout = 5 * time.Second
+
 // PostgresConfig configures a PostgresStore. The zero value is valid.
 type PostgresConfig struct {
 	// SweepChunkSize is the largest number of rows one DELETE of Sweep
@@ -27,6 +36,22 @@ type PostgresConfig struct {
 	// concurrent, uncommitted claim of the same scope before failing with
 	// ErrInFlight. Defaults to PostgresLockTimeoutDefault (3s).
 	LockTimeout time.Duration
+	// StatementTimeout is the statement_timeout of a transactional-mode
+	// transaction (SET LOCAL, so the handler's statements have it too): a
+	// statement that runs longer is canceled by PostgreSQL. Lease-mode
+	// statements run outside a transaction and are bounded by the caller's
+	// context (Config.StoreTimeout), which makes pgx cancel them on the
+	// server; to bound them on the server side too, set statement_timeout
+	// on the pool (for example statement_timeout=5000 in the DSN). Defaults
+	// to PostgresStatementTimeoutDefault (30s).
+	StatementTimeout time.Duration
+	// IdleInTransactionTimeout is the idle_in_transaction_session_timeout of
+	// a transactional-mode transaction: PostgreSQL ends the session of a
+	// transaction left idle longer (a process that froze or lost its
+	// connection without closing it), releasing its locks so that retries
+	// of the same key are not blocked. Defaults to
+	// PostgresIdleInTransactionTimeoutDefault (60s).
+	IdleInTransactionTimeout time.Duration
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default.
@@ -38,6 +63,8 @@ func (c *PostgresConfig) WithDefaults() *PostgresConfig {
 	}
 	out.SweepChunkSize = cmp.Or(out.SweepChunkSize, SweepChunkSizeDefault)
 	out.LockTimeout = cmp.Or(out.LockTimeout, PostgresLockTimeoutDefault)
+	out.StatementTimeout = cmp.Or(out.StatementTimeout, PostgresStatementTimeoutDefault)
+	out.IdleInTransactionTimeout = cmp.Or(out.IdleInTransactionTimeout, PostgresIdleInTransactionTimeoutDefault)
 	return &out
 }
 
@@ -47,6 +74,12 @@ func (c *PostgresConfig) validate() error {
 	}
 	if c.LockTimeout < 0 {
 		return fmt.Errorf("idemkit/server: PostgresConfig.LockTimeout must not be negative, got %v", c.LockTimeout)
+	}
+	if c.StatementTimeout < 0 {
+		return fmt.Errorf("idemkit/server: PostgresConfig.StatementTimeout must not be negative, got %v", c.StatementTimeout)
+	}
+	if c.IdleInTransactionTimeout < 0 {
+		return fmt.Errorf("idemkit/server: PostgresConfig.IdleInTransactionTimeout must not be negative, got %v", c.IdleInTransactionTimeout)
 	}
 	return nil
 }
@@ -420,12 +453,13 @@ func (s *PostgresStore) BeginTx(ctx context.Context, lockTimeout time.Duration) 
 	if lockTimeout == 0 {
 		lockTimeout = s.cfg.LockTimeout
 	}
-	// BEGIN and SET LOCAL travel as one simple-protocol message: one round
-	// trip instead of two on the hot path. The value is an integer we
-	// format, never user input.
-	ms := max(lockTimeout.Milliseconds(), 1)
+	// BEGIN and the SET LOCALs travel as one simple-protocol message: one
+	// round trip on the hot path. The values are integers we format, never
+	// user input.
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{
-		BeginQuery: fmt.Sprintf("BEGIN; SET LOCAL lock_timeout = '%dms'", ms),
+		BeginQuery: fmt.Sprintf("BEGIN; SET LOCAL lock_timeout = '%dms'; SET LOCAL statement_timeout = '%dms'; SET LOCAL idle_in_transaction_session_timeout = '%dms'",
+			max(lockTimeout.Milliseconds(), 1), max(s.cfg.StatementTimeout.Milliseconds(), 1),
+			max(s.cfg.IdleInTransactionTimeout.Milliseconds(), 1)),
 	})
 	if err != nil {
 		return nil, interpretPostgresError(err)
@@ -448,15 +482,39 @@ func (t *pgTx) Complete(ctx context.Context, sc Scope, token int64, now time.Tim
 	return pgCompleteOn(ctx, t.tx, sc, token, now, resp)
 }
 
-// Commit implements StoreTx.Commit.
+// Commit implements StoreTx.Commit. When the COMMIT was sent but no answer
+// came back (the connection broke or ctx ended while it waited), the
+// transaction may or may not have committed: the error then wraps
+// ErrOutcomeUnknown as well as ErrStoreUnavailable. Only an error
+// PostgreSQL answered means it rolled back.
 func (t *pgTx) Commit(ctx context.Context) error {
-	return interpretPostgresError(t.tx.Commit(ctx))
+	err := t.tx.Commit(ctx)
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	// pgconn.SafeToRetry is no proof here: pgx reports a connection that
+	// broke while it waited for the COMMIT's answer as "conn closed", which
+	// it marks safe to retry although the COMMIT went out.
+	if errors.As(err, &pgErr) || errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, pgx.ErrTxClosed) {
+		return interpretPostgresError(err)
+	}
+	return wrapStoreError(ErrOutcomeUnknown, "the COMMIT was sent but its answer was lost",
+		wrapStoreError(ErrStoreUnavailable, "", err))
 }
 
 // Rollback implements StoreTx.Rollback. It is a no-op after Commit or
-// Rollback. A canceled ctx does not stop the rollback.
+// Rollback. A canceled ctx does not stop the rollback, but its deadline, or
+// pgRollbackTimeout, bounds it: a rollback that cannot reach the database
+// closes the connection, which ends the transaction too.
 func (t *pgTx) Rollback(ctx context.Context) error {
-	err := t.tx.Rollback(context.WithoutCancel(ctx))
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pgRollbackTimeout)
+	defer cancel()
+	if d, ok := ctx.Deadline(); ok && ctx.Err() == nil {
+		rctx, cancel = context.WithDeadline(rctx, d)
+		defer cancel()
+	}
+	err := t.tx.Rollback(rctx)
 	if errors.Is(err, pgx.ErrTxClosed) {
 		return nil
 	}

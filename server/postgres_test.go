@@ -116,9 +116,13 @@ func TestPostgresStore_TxHandleIsPgxTx(t *testing.T) {
 	pgTx, ok := tx.Handle().(pgx.Tx)
 	require.True(t, ok, "Handle: got %T want pgx.Tx", tx.Handle())
 
-	var lockTimeout string
+	var lockTimeout, statementTimeout, idleTimeout string
 	require.NoError(t, pgTx.QueryRow(b.ctx, "SHOW lock_timeout").Scan(&lockTimeout))
 	require.Equal(t, "200ms", lockTimeout)
+	require.NoError(t, pgTx.QueryRow(b.ctx, "SHOW statement_timeout").Scan(&statementTimeout))
+	require.Equal(t, "30s", statementTimeout, "a statement of the transaction cannot hang forever")
+	require.NoError(t, pgTx.QueryRow(b.ctx, "SHOW idle_in_transaction_session_timeout").Scan(&idleTimeout))
+	require.Equal(t, "1min", idleTimeout, "a transaction left idle is ended by PostgreSQL")
 
 	now := time.Now()
 	sc := server.Scope{Principal: "p", Endpoint: "POST /payments", Key: "k"}

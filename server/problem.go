@@ -24,6 +24,7 @@ const (
 	ProblemStoreBusy        = "store-busy"
 	ProblemHandlerPanic     = "handler-panic"
 	ProblemCanceled         = "request-canceled"
+	ProblemOutcomeUnknown   = "outcome-unknown"
 )
 
 // problem is an RFC 9457 problem details object.
@@ -47,6 +48,7 @@ var problemTitles = map[string]string{
 	ProblemStoreBusy:        "Idempotency store busy",
 	ProblemHandlerPanic:     "Internal server error",
 	ProblemCanceled:         "Request canceled before it was processed",
+	ProblemOutcomeUnknown:   "Outcome unknown",
 }
 
 // writeProblem answers with an application/problem+json body. retryAfter, if
