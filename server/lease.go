@@ -84,7 +84,7 @@ func (l *lease) run(ctx context.Context) {
 		}
 		start := time.Now()
 		callCtx, cancel := context.WithTimeout(ctx, min(m.cfg.StoreTimeout, interval))
-		err := m.store.ExtendLease(callCtx, l.scope, l.token, m.now().Add(m.cfg.LeaseDuration))
+		err := m.store.ExtendLease(callCtx, l.scope, l.token, m.now(), m.cfg.LeaseDuration)
 		cancel()
 		select {
 		case <-l.stopCh:

@@ -98,7 +98,7 @@ func mwNewPostgresStore(t testing.TB, ctx context.Context, pool *pgxpool.Pool) S
 	st, err := NewPostgresStore(pool, nil)
 	require.NoError(t, err)
 	require.NoError(t, st.Migrate(ctx))
-	return st
+	return WithCallerClock(st)
 }
 
 const (

@@ -94,6 +94,28 @@ func (c *PostgresConfig) validate() error {
 type PostgresStore struct {
 	pool *pgxpool.Pool
 	cfg  *PostgresConfig
+	// clock is the database's clock in production. Tests of this package
+	// make it the caller's (see export_test.go) to move time.
+	clock pgClock
+}
+
+// pgClock says whose clock decides leases and expiry. The zero value, the
+// only one production code has, is the database's: every statement compares
+// and computes with clock_timestamp(), and takes only durations from the
+// caller, so that replicas whose clocks disagree cannot take over each
+// other's live leases. callerClock makes statements use the times the
+// caller passes instead; only tests set it.
+type pgClock struct {
+	callerClock bool
+}
+
+// arg is the $now argument of a statement: NULL, which the statement
+// replaces with clock_timestamp(), unless the caller's clock is used.
+func (c pgClock) arg(t time.Time) any {
+	if !c.callerClock {
+		return nil
+	}
+	return pgTime(t)
 }
 
 var _ Store = (*PostgresStore)(nil)
@@ -188,14 +210,19 @@ const pgRecordColumns = `principal, endpoint, key, state, fingerprint, fingerpri
 const (
 	// pgClaim inserts a claim, or overwrites the existing row when it has
 	// expired, or takes over an in-progress row whose lease ran out and
-	// whose fingerprint matches. $6 is now. No row returned means the live
-	// row blocked the claim. created_at is kept on a takeover, so a
+	// whose fingerprint matches. now is the database's clock_timestamp(),
+	// unless $6 is given (tests only, see PostgresStore.callerClock); $7 is
+	// the lease and $8 the window, in microseconds. No row returned means the
+	// live row blocked the claim. created_at is kept on a takeover, so a
 	// returned created_at before now tells a takeover from a fresh claim.
 	// A concurrent uncommitted claim of the same scope makes this wait
 	// (bounded by lock_timeout in transactional mode).
-	pgClaim = `INSERT INTO idempotency_keys AS k
+	pgClaim = `WITH c AS (SELECT coalesce($6::timestamptz, clock_timestamp()) AS now)
+INSERT INTO idempotency_keys AS k
     (principal, endpoint, key, state, fingerprint, fingerprint_version, token, locked_until, created_at, expires_at)
-VALUES ($1, $2, $3, 'in_progress', $4, $5, 1, $7, $6, $8)
+SELECT $1, $2, $3, 'in_progress', $4, $5, 1,
+    c.now + $7::bigint * interval '1 microsecond', c.now, c.now + $8::bigint * interval '1 microsecond'
+FROM c
 ON CONFLICT (principal, endpoint, key) DO UPDATE SET
     state = 'in_progress',
     fingerprint = EXCLUDED.fingerprint,
@@ -214,11 +241,11 @@ WHERE k.expires_at <= EXCLUDED.created_at
        AND k.locked_until <= EXCLUDED.created_at
        AND k.fingerprint = EXCLUDED.fingerprint
        AND k.fingerprint_version = EXCLUDED.fingerprint_version)
-RETURNING token, created_at`
+RETURNING token, created_at, (SELECT now FROM c)`
 
 	pgGet = `SELECT ` + pgRecordColumns + `
 FROM idempotency_keys
-WHERE principal = $1 AND endpoint = $2 AND key = $3 AND expires_at > $4`
+WHERE principal = $1 AND endpoint = $2 AND key = $3 AND expires_at > coalesce($4::timestamptz, clock_timestamp())`
 
 	pgComplete = `UPDATE idempotency_keys SET
     state = 'completed',
@@ -227,20 +254,22 @@ WHERE principal = $1 AND endpoint = $2 AND key = $3 AND expires_at > $4`
     response_headers = $2,
     response_body = $3,
     response_body_omitted = $4,
-    completed_at = $5
-WHERE principal = $6 AND endpoint = $7 AND key = $8 AND token = $9 AND state = 'in_progress' AND expires_at > $5`
+    completed_at = coalesce($5::timestamptz, clock_timestamp())
+WHERE principal = $6 AND endpoint = $7 AND key = $8 AND token = $9 AND state = 'in_progress'
+    AND expires_at > coalesce($5::timestamptz, clock_timestamp())`
 
 	pgRelease = `DELETE FROM idempotency_keys
 WHERE principal = $1 AND endpoint = $2 AND key = $3 AND token = $4 AND state = 'in_progress'`
 
-	pgExtendLease = `UPDATE idempotency_keys SET locked_until = $1
+	pgExtendLease = `UPDATE idempotency_keys
+SET locked_until = coalesce($1::timestamptz, clock_timestamp()) + $6::bigint * interval '1 microsecond'
 WHERE principal = $2 AND endpoint = $3 AND key = $4 AND token = $5 AND state = 'in_progress'`
 
 	// pgSweepChunk deletes one bounded chunk of expired rows, skipping rows
 	// a concurrent claim holds, in expires_at order (an index range scan).
 	pgSweepChunk = `DELETE FROM idempotency_keys WHERE (principal, endpoint, key) IN (
     SELECT principal, endpoint, key FROM idempotency_keys
-    WHERE expires_at <= $1
+    WHERE expires_at <= coalesce($1::timestamptz, clock_timestamp()) - $3::bigint * interval '1 microsecond'
     ORDER BY expires_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED)`
@@ -258,31 +287,35 @@ func pgTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 
 // Claim implements Store.Claim. The claim is one INSERT ... ON CONFLICT DO
 // UPDATE ... WHERE statement, committed on return. ctx cancels the statement.
+//
+// The database's clock decides: req.Now only anchors req.LockedUntil and
+// req.ExpiresAt, whose distances from it are the lease and the window.
 func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
-	return pgClaimOn(ctx, s.pool, req)
+	return pgClaimOn(ctx, s.pool, s.clock, req)
 }
 
-func pgClaimOn(ctx context.Context, q pgQuerier, req ClaimRequest) (ClaimResult, error) {
+func pgClaimOn(ctx context.Context, q pgQuerier, clock pgClock, req ClaimRequest) (ClaimResult, error) {
 	if err := validateClaimRequest(req); err != nil {
 		return ClaimResult{}, err
 	}
-	now := pgTime(req.Now)
+	lease := req.LockedUntil.Sub(req.Now).Microseconds()
+	window := req.ExpiresAt.Sub(req.Now).Microseconds()
 	for range claimAttemptsMax {
 		var (
-			token     int64
-			createdAt time.Time
+			token          int64
+			createdAt, now time.Time
 		)
 		err := q.QueryRow(ctx, pgClaim,
 			req.Principal, req.Endpoint, req.Key, req.Fingerprint, req.FingerprintVersion,
-			now, pgTime(req.LockedUntil), pgTime(req.ExpiresAt),
-		).Scan(&token, &createdAt)
+			clock.arg(req.Now), lease, window,
+		).Scan(&token, &createdAt, &now)
 		if err == nil {
 			return ClaimResult{Acquired: true, Token: token, TakenOver: token > 1 && !createdAt.Equal(now)}, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return ClaimResult{}, interpretPostgresError(err)
 		}
-		rec, err := pgGetOn(ctx, q, req.Scope, req.Now)
+		rec, err := pgGetOn(ctx, q, clock, req.Scope, req.Now)
 		if errors.Is(err, ErrNotFound) {
 			continue // released between the claim and the read: claim again
 		}
@@ -300,10 +333,10 @@ func (s *PostgresStore) Get(ctx context.Context, sc Scope, now time.Time) (*Reco
 	if err := validateScope(sc); err != nil {
 		return nil, err
 	}
-	return pgGetOn(ctx, s.pool, sc, now)
+	return pgGetOn(ctx, s.pool, s.clock, sc, now)
 }
 
-func pgGetOn(ctx context.Context, q pgQuerier, sc Scope, now time.Time) (*Record, error) {
+func pgGetOn(ctx context.Context, q pgQuerier, clock pgClock, sc Scope, now time.Time) (*Record, error) {
 	var (
 		rec         Record
 		state       string
@@ -313,7 +346,7 @@ func pgGetOn(ctx context.Context, q pgQuerier, sc Scope, now time.Time) (*Record
 		body        []byte
 		omitted     bool
 	)
-	err := q.QueryRow(ctx, pgGet, sc.Principal, sc.Endpoint, sc.Key, pgTime(now)).Scan(
+	err := q.QueryRow(ctx, pgGet, sc.Principal, sc.Endpoint, sc.Key, clock.arg(now)).Scan(
 		&rec.Principal, &rec.Endpoint, &rec.Key, &state, &rec.Fingerprint, &rec.FingerprintVersion,
 		&rec.Token, &lockedUntil, &status, &headers, &body, &omitted, &rec.CreatedAt, &rec.ExpiresAt)
 	if err != nil {
@@ -345,10 +378,10 @@ func pgGetOn(ctx context.Context, q pgQuerier, sc Scope, now time.Time) (*Record
 // Complete implements Store.Complete. It returns ErrLeaseLost when the
 // claim is no longer held with token (or the record expired at now).
 func (s *PostgresStore) Complete(ctx context.Context, sc Scope, token int64, now time.Time, resp *StoredResponse) error {
-	return pgCompleteOn(ctx, s.pool, sc, token, now, resp)
+	return pgCompleteOn(ctx, s.pool, s.clock, sc, token, now, resp)
 }
 
-func pgCompleteOn(ctx context.Context, q pgQuerier, sc Scope, token int64, now time.Time, resp *StoredResponse) error {
+func pgCompleteOn(ctx context.Context, q pgQuerier, clock pgClock, sc Scope, token int64, now time.Time, resp *StoredResponse) error {
 	if err := validateScope(sc); err != nil {
 		return err
 	}
@@ -363,7 +396,7 @@ func pgCompleteOn(ctx context.Context, q pgQuerier, sc Scope, token int64, now t
 	if body == nil {
 		body = []byte{}
 	}
-	tag, err := q.Exec(ctx, pgComplete, resp.Status, headers, body, resp.BodyOmitted, pgTime(now),
+	tag, err := q.Exec(ctx, pgComplete, resp.Status, headers, body, resp.BodyOmitted, clock.arg(now),
 		sc.Principal, sc.Endpoint, sc.Key, token)
 	return pgExpectOneRow(tag, err)
 }
@@ -377,12 +410,13 @@ func (s *PostgresStore) Release(ctx context.Context, sc Scope, token int64) erro
 	return pgExpectOneRow(tag, err)
 }
 
-// ExtendLease implements Store.ExtendLease.
-func (s *PostgresStore) ExtendLease(ctx context.Context, sc Scope, token int64, lockedUntil time.Time) error {
+// ExtendLease implements Store.ExtendLease: locked_until becomes the
+// database's clock_timestamp() plus lease (now is not used).
+func (s *PostgresStore) ExtendLease(ctx context.Context, sc Scope, token int64, now time.Time, lease time.Duration) error {
 	if err := validateScope(sc); err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, pgExtendLease, pgTime(lockedUntil), sc.Principal, sc.Endpoint, sc.Key, token)
+	tag, err := s.pool.Exec(ctx, pgExtendLease, s.clock.arg(now), sc.Principal, sc.Endpoint, sc.Key, token, lease.Microseconds())
 	return pgExpectOneRow(tag, err)
 }
 
@@ -404,13 +438,21 @@ func pgExpectOneRow(tag pgconn.CommandTag, err error) error {
 // total. ctx is checked between chunks and cancels the running chunk; rows
 // deleted by earlier chunks stay deleted and are counted in the returned
 // total, which comes with ctx's error.
+//
+// The database's clock decides here too: a now in the past (the sweeper
+// passes now minus its grace) deletes only rows that expired that long
+// before clock_timestamp().
 func (s *PostgresStore) Sweep(ctx context.Context, now time.Time) (int, error) {
 	total := 0
+	grace := max(time.Since(now), 0)
+	if s.clock.callerClock {
+		grace = 0
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
-		tag, err := s.pool.Exec(ctx, pgSweepChunk, pgTime(now), s.cfg.SweepChunkSize)
+		tag, err := s.pool.Exec(ctx, pgSweepChunk, s.clock.arg(now), s.cfg.SweepChunkSize, grace.Microseconds())
 		if err != nil {
 			return total, interpretPostgresError(err)
 		}
@@ -464,22 +506,23 @@ func (s *PostgresStore) BeginTx(ctx context.Context, lockTimeout time.Duration) 
 	if err != nil {
 		return nil, interpretPostgresError(err)
 	}
-	return &pgTx{tx: tx}, nil
+	return &pgTx{tx: tx, clock: s.clock}, nil
 }
 
 // pgTx is the StoreTx of PostgresStore.
 type pgTx struct {
-	tx pgx.Tx
+	tx    pgx.Tx
+	clock pgClock
 }
 
 // Claim implements StoreTx.Claim.
 func (t *pgTx) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
-	return pgClaimOn(ctx, t.tx, req)
+	return pgClaimOn(ctx, t.tx, t.clock, req)
 }
 
 // Complete implements StoreTx.Complete.
 func (t *pgTx) Complete(ctx context.Context, sc Scope, token int64, now time.Time, resp *StoredResponse) error {
-	return pgCompleteOn(ctx, t.tx, sc, token, now, resp)
+	return pgCompleteOn(ctx, t.tx, t.clock, sc, token, now, resp)
 }
 
 // Commit implements StoreTx.Commit. When the COMMIT was sent but no answer

@@ -30,6 +30,7 @@ func setupPostgres(t testing.TB) *postgresBundle {
 	pool := testpg.Pool(t)
 	store, err := server.NewPostgresStore(pool, &server.PostgresConfig{SweepChunkSize: 3})
 	require.NoError(t, err)
+	store = server.WithCallerClock(store)
 	require.NoError(t, store.Migrate(ctx))
 	return &postgresBundle{ctx: ctx, pool: pool, store: store}
 }
@@ -170,7 +171,7 @@ func TestPostgresStore_Unreachable(t *testing.T) {
 	require.ErrorIs(t, err, server.ErrStoreUnavailable)
 	require.ErrorIs(t, store.Complete(ctx, sc, 1, now, resp), server.ErrStoreUnavailable)
 	require.ErrorIs(t, store.Release(ctx, sc, 1), server.ErrStoreUnavailable)
-	require.ErrorIs(t, store.ExtendLease(ctx, sc, 1, now), server.ErrStoreUnavailable)
+	require.ErrorIs(t, store.ExtendLease(ctx, sc, 1, now, time.Second), server.ErrStoreUnavailable)
 	_, err = store.Sweep(ctx, now)
 	require.ErrorIs(t, err, server.ErrStoreUnavailable)
 	_, err = store.BeginTx(ctx, time.Second)

@@ -424,12 +424,13 @@ func (s *SQLiteStore) Release(ctx context.Context, sc Scope, token int64) error 
 	return sqliteExpectOneRow(res, err)
 }
 
-// ExtendLease implements Store.ExtendLease.
-func (s *SQLiteStore) ExtendLease(ctx context.Context, sc Scope, token int64, lockedUntil time.Time) error {
+// ExtendLease implements Store.ExtendLease: locked_until becomes now plus
+// lease.
+func (s *SQLiteStore) ExtendLease(ctx context.Context, sc Scope, token int64, now time.Time, lease time.Duration) error {
 	if err := validateScope(sc); err != nil {
 		return err
 	}
-	res, err := s.db.ExecContext(ctx, sqliteExtendLease, sqliteTime(lockedUntil), sc.Principal, sc.Endpoint, sc.Key, token)
+	res, err := s.db.ExecContext(ctx, sqliteExtendLease, sqliteTime(now.Add(lease)), sc.Principal, sc.Endpoint, sc.Key, token)
 	return sqliteExpectOneRow(res, err)
 }
 
