@@ -13,6 +13,8 @@ const (
 	ctxKeyScope ctxKey = iota
 	ctxKeyTx
 	ctxKeyAttempt
+	ctxKeyOperation
+	ctxKeyNotStored
 )
 
 // Attempt describes the claim a handler runs under; see AttemptFromContext.

@@ -34,6 +34,11 @@ var (
 	ErrBodyTooLarge = errors.New("idemkit/server: request body too large to fingerprint")
 	// ErrUnauthenticated wraps the error of Config.PrincipalFunc. HTTP: 401.
 	ErrUnauthenticated = errors.New("idemkit/server: no principal")
+	// ErrScopeInvalid means a principal or an endpoint cannot be part of a
+	// scope: empty, longer than MaxScopePartBytes, invalid UTF-8 or with
+	// control characters (NUL among them). HTTP: 401 principal-invalid, or
+	// 400 endpoint-invalid; the store is never asked.
+	ErrScopeInvalid = errors.New("idemkit/server: invalid principal or endpoint")
 	// ErrStoreFull means the store had no room for a write: SQLite's disk or
 	// max_page_count is full, or a value is over the database's size limit
 	// (SQLite SQLITE_FULL, SQLITE_TOOBIG; PostgreSQL 53100 disk_full, 54000

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,6 +42,12 @@ const (
 	// OutcomeReleased: the handler answered 5xx or panicked; the claim was
 	// released (or rolled back) and nothing was stored.
 	OutcomeReleased Outcome = "released"
+	// OutcomeNotStored: the handler's response is one the middleware does
+	// not store (see Middleware.stores: a status that says nothing
+	// happened yet, or one the handler marked with MarkNotStored). It was
+	// sent; the claim was released (or rolled back), so a retry runs the
+	// handler again.
+	OutcomeNotStored Outcome = "not_stored"
 	// OutcomeStoreError: 503, the store failed; the handler did not run, or
 	// (transactional mode) its effect was rolled back.
 	OutcomeStoreError Outcome = "store_error"
@@ -138,18 +143,44 @@ func (m *Middleware) now() time.Time { return m.timeNowFunc() }
 // Wrap returns next protected by m. Requests with a safe method (GET, HEAD,
 // OPTIONS, TRACE) pass through untouched. Wrap the handler registered on an
 // http.ServeMux, not the mux, so that the default endpoint sees r.Pattern.
+//
+// The scope's endpoint is the operation name of next when next comes from
+// Operation, or of an Operation wrapped around the middleware, or else
+// Config.EndpointFunc's; without any, keys belong to the principal.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
+	op := ""
+	if o, ok := next.(*operationHandler); ok {
+		op = o.name
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
 		case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
 			next.ServeHTTP(w, r)
 			return
 		}
-		m.serve(w, r, next)
+		m.serve(w, r, next, op)
 	})
 }
 
-func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+// endpoint returns the endpoint part of r's scope: the operation name
+// (given to Wrap, or carried by r's context), Config.EndpointFunc's name,
+// or EndpointAny.
+func (m *Middleware) endpoint(r *http.Request, op string) string {
+	if op != "" {
+		return op
+	}
+	if name, ok := r.Context().Value(ctxKeyOperation).(string); ok && name != "" {
+		return name
+	}
+	if m.cfg.EndpointFunc != nil {
+		if name := m.cfg.EndpointFunc(r); name != "" {
+			return name
+		}
+	}
+	return EndpointAny
+}
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, op string) {
 	start := time.Now()
 	ev := Event{}
 	defer func() {
@@ -178,6 +209,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.reject(w, &ev, http.StatusUnauthorized, ProblemUnauthenticated, "The request has no authenticated principal, so its Idempotency-Key cannot be scoped.")
 		return
 	}
+	if err := validScopePart("principal", principal); err != nil {
+		ev.Err = fmt.Errorf("%w: %w: %w", ErrUnauthenticated, ErrScopeInvalid, err)
+		m.reject(w, &ev, http.StatusUnauthorized, ProblemPrincipalInvalid,
+			fmt.Sprintf("The request's principal cannot scope an Idempotency-Key: it must be valid UTF-8 without control characters, at most %d bytes.", MaxScopePartBytes))
+		return
+	}
 	if keyErr != nil {
 		ev.Err = keyErr
 		if errors.Is(keyErr, ErrKeyMissing) {
@@ -204,15 +241,21 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.reject(w, &ev, http.StatusBadRequest, ProblemBodyUnreadable, "The request body could not be read.")
 		return
 	}
-	fp, version := Fingerprint(r, body)
-
-	scope := Scope{Principal: principal, Endpoint: EndpointAny, Key: key}
-	if !m.cfg.PrincipalWideKeys {
-		scope.Endpoint = cmp.Or(m.cfg.EndpointFunc(r), DefaultEndpoint(r))
+	scope := Scope{Principal: principal, Endpoint: m.endpoint(r, op), Key: key}
+	if err := validScopePart("endpoint", scope.Endpoint); err != nil {
+		ev.Err = fmt.Errorf("%w: %w", ErrScopeInvalid, err)
+		m.reject(w, &ev, http.StatusBadRequest, ProblemEndpointInvalid,
+			fmt.Sprintf("The operation this request was routed to has no usable name: it must be valid UTF-8 without control characters, at most %d bytes.", MaxScopePartBytes))
+		return
 	}
+	fp, version := Fingerprint(r, body)
 	ev.Scope = scope
 
-	r = r.WithContext(context.WithValue(r.Context(), ctxKeyScope, scope))
+	if m.cfg.LegacyEndpointFunc != nil && m.answeredByLegacyRecord(w, r, scope, fp, version, &ev) {
+		return
+	}
+
+	r = r.WithContext(context.WithValue(context.WithValue(r.Context(), ctxKeyScope, scope), ctxKeyNotStored, &notStoredMark{}))
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
@@ -310,7 +353,7 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 	rec := newRecorder(w, m.cfg.MaxResponseBytes)
 	rec.overflowFunc = func() bool {
 		status, _ := rec.result()
-		if status >= 500 {
+		if !m.stores(r, status) {
 			return false // keep buffering; the claim will be released
 		}
 		ev.Err = l.complete(cleanup, r, m.storedResponse(rec, true))
@@ -354,10 +397,13 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 		ev.Outcome = OutcomeExecuted
 		return
 	}
-	if status >= 500 {
+	if !m.stores(r, status) {
 		l.stop()
 		m.release(cleanup, r, scope, res.Token)
 		ev.Outcome = OutcomeReleased
+		if status < 500 {
+			ev.Outcome = OutcomeNotStored
+		}
 		rec.send(nil)
 		return
 	}
@@ -460,10 +506,13 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	}
 	status, _ := rec.result()
-	if status >= 500 {
+	if !m.stores(r, status) {
 		rollback()
 		m.metrics.releases.Inc()
 		ev.Outcome, ev.Status = OutcomeReleased, status
+		if status < 500 {
+			ev.Outcome = OutcomeNotStored
+		}
 		rec.send(nil)
 		return
 	}

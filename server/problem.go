@@ -25,6 +25,8 @@ const (
 	ProblemHandlerPanic     = "handler-panic"
 	ProblemCanceled         = "request-canceled"
 	ProblemOutcomeUnknown   = "outcome-unknown"
+	ProblemPrincipalInvalid = "principal-invalid"
+	ProblemEndpointInvalid  = "endpoint-invalid"
 )
 
 // problem is an RFC 9457 problem details object.
@@ -49,6 +51,8 @@ var problemTitles = map[string]string{
 	ProblemHandlerPanic:     "Internal server error",
 	ProblemCanceled:         "Request canceled before it was processed",
 	ProblemOutcomeUnknown:   "Outcome unknown",
+	ProblemPrincipalInvalid: "Principal cannot scope an Idempotency-Key",
+	ProblemEndpointInvalid:  "Operation name cannot scope an Idempotency-Key",
 }
 
 // writeProblem answers with an application/problem+json body. retryAfter, if

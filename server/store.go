@@ -23,8 +23,9 @@ const (
 )
 
 // Scope identifies one record: who sent the key, to which operation, and the
-// key itself. Principal is mandatory. Endpoint is "METHOD pattern" by default,
-// or EndpointAny when keys are principal-wide.
+// key itself. Principal is mandatory. Endpoint is EndpointAny by default (a
+// key belongs to the principal), or the operation name a route gives with
+// Operation or Config.EndpointFunc.
 type Scope struct {
 	Principal string
 	Endpoint  string
@@ -50,8 +51,8 @@ func (s Scope) DownstreamKey() string {
 	return "idk_" + base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:24])
 }
 
-// EndpointAny is the Endpoint of every Scope when keys are principal-wide
-// (Config.PrincipalWideKeys).
+// EndpointAny is the Endpoint of a Scope whose route names no operation:
+// the key belongs to the principal, whatever route it is sent to.
 const EndpointAny = "*"
 
 // StoredResponse is what a replay sends: the status, the allowlisted headers
