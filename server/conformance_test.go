@@ -116,8 +116,9 @@ func TestOutcome_InFlightDuplicateIs409(t *testing.T) {
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, retry, 1)
 		if mode == ModeLease {
-			require.LessOrEqual(t, retry, 20)
-			require.GreaterOrEqual(t, retry, 18, "Retry-After comes from the remaining lease")
+			// Estimated from the route's recent durations (none yet, and
+			// the first request has just started), never past the lease.
+			require.LessOrEqual(t, retry, 2, "Retry-After estimates when the original is done")
 		}
 		require.Equal(t, "86400", res.Header.Get(HeaderWindow))
 

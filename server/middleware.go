@@ -94,6 +94,7 @@ type Middleware struct {
 	window        string
 	replayHeaders map[string]bool
 	timeNowFunc   func() time.Time
+	durations     durations
 }
 
 // New returns a Middleware over store, configured by cfg with defaults
@@ -359,7 +360,9 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 		ev.Err = l.complete(cleanup, r, m.storedResponse(rec, true))
 		return true
 	}
+	handlerStart := time.Now()
 	pv, panicked := runHandler(next, rec, r)
+	m.durations.observe(routeKey(r, scope), time.Since(handlerStart))
 
 	if panicked {
 		if rec.streaming {
@@ -635,10 +638,9 @@ func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, ex *
 		return
 	}
 	m.metrics.conflicts.Inc()
-	retry := int(math.Ceil(ex.LockedUntil.Sub(m.now()).Seconds()))
 	ev.Outcome, ev.Status, ev.Err = OutcomeInFlight, http.StatusConflict, ErrInFlight
 	writeProblem(w, http.StatusConflict, ProblemInFlight,
-		"A request with this Idempotency-Key is still being processed. Retry after the delay in Retry-After.", max(retry, 1))
+		"A request with this Idempotency-Key is still being processed. Retry after the delay in Retry-After.", m.inFlightRetryAfter(r, ev.Scope, ex))
 }
 
 func (m *Middleware) replay(w http.ResponseWriter, resp *StoredResponse, ev *Event) {
