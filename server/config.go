@@ -163,6 +163,20 @@ type Config struct {
 	// MaxFingerprintBytesDefault (1 MiB).
 	MaxFingerprintBytes int64
 
+	// MaxKeysPerPrincipal bounds the live keys (records inside the window)
+	// one principal may hold. A request with a new key from a principal at
+	// the bound is answered 429 quota-exceeded with Retry-After before
+	// anything is stored; retries of keys it holds still replay. The check
+	// reads the principal's rows before each new key, and concurrent new
+	// keys may overshoot it by their number. The store must implement
+	// UsageReporter. Defaults to 0: no bound.
+	MaxKeysPerPrincipal int64
+
+	// MaxStoredBytesPerPrincipal bounds the stored response bytes (bodies
+	// and headers) of one principal's live records, like
+	// MaxKeysPerPrincipal. Defaults to 0: no bound.
+	MaxStoredBytesPerPrincipal int64
+
 	// MaxResponseBytes is the largest response body stored for replay. A
 	// larger body is sent to the first caller but not stored; a replay then
 	// sends the status and headers, an empty body and
@@ -233,6 +247,9 @@ func (c *Config) validate() error {
 	}
 	if c.StoreTimeout < time.Millisecond {
 		errs = append(errs, fmt.Errorf("Config.StoreTimeout must be at least 1ms, got %v", c.StoreTimeout))
+	}
+	if c.MaxKeysPerPrincipal < 0 || c.MaxStoredBytesPerPrincipal < 0 {
+		errs = append(errs, errors.New("Config.MaxKeysPerPrincipal and Config.MaxStoredBytesPerPrincipal must not be negative"))
 	}
 	if c.MaxFingerprintBytes < 0 {
 		errs = append(errs, fmt.Errorf("Config.MaxFingerprintBytes must not be negative, got %d", c.MaxFingerprintBytes))

@@ -13,7 +13,7 @@ const (
 	ctxKeyScope ctxKey = iota
 	ctxKeyTx
 	ctxKeyAttempt
-	ctxKeyOperation
+	ctxKeyRoute
 	ctxKeyNotStored
 )
 

@@ -95,6 +95,7 @@ type Middleware struct {
 	replayHeaders map[string]bool
 	timeNowFunc   func() time.Time
 	durations     durations
+	usage         UsageReporter // set when quotas are on
 }
 
 // New returns a Middleware over store, configured by cfg with defaults
@@ -108,6 +109,14 @@ func New(store Store, cfg *Config) (*Middleware, error) {
 	c := cfg.WithDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
+	}
+	var usage UsageReporter
+	if c.MaxKeysPerPrincipal > 0 || c.MaxStoredBytesPerPrincipal > 0 {
+		u, ok := store.(UsageReporter)
+		if !ok {
+			return nil, fmt.Errorf("idemkit/server: invalid config: per-principal quotas need a store that implements UsageReporter; %T does not", store)
+		}
+		usage = u
 	}
 	met, err := newMetrics(c.Registerer)
 	if err != nil {
@@ -127,6 +136,7 @@ func New(store Store, cfg *Config) (*Middleware, error) {
 		window:        strconv.FormatInt(int64(c.Window/time.Second), 10),
 		replayHeaders: allowed,
 		timeNowFunc:   time.Now,
+		usage:         usage,
 	}, nil
 }
 
@@ -149,9 +159,9 @@ func (m *Middleware) now() time.Time { return m.timeNowFunc() }
 // Operation, or of an Operation wrapped around the middleware, or else
 // Config.EndpointFunc's; without any, keys belong to the principal.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
-	op := ""
-	if o, ok := next.(*operationHandler); ok {
-		op = o.name
+	var opts routeOptions
+	if o, ok := next.(*routeHandler); ok {
+		opts = o.opts
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
@@ -159,19 +169,19 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		m.serve(w, r, next, op)
+		if outer, ok := r.Context().Value(ctxKeyRoute).(routeOptions); ok {
+			m.serve(w, r, next, outer.merge(opts))
+			return
+		}
+		m.serve(w, r, next, opts)
 	})
 }
 
-// endpoint returns the endpoint part of r's scope: the operation name
-// (given to Wrap, or carried by r's context), Config.EndpointFunc's name,
-// or EndpointAny.
-func (m *Middleware) endpoint(r *http.Request, op string) string {
-	if op != "" {
-		return op
-	}
-	if name, ok := r.Context().Value(ctxKeyOperation).(string); ok && name != "" {
-		return name
+// endpoint returns the endpoint part of r's scope: the route's operation
+// name, Config.EndpointFunc's name, or EndpointAny.
+func (m *Middleware) endpoint(r *http.Request, route routeOptions) string {
+	if route.name != "" {
+		return route.name
 	}
 	if m.cfg.EndpointFunc != nil {
 		if name := m.cfg.EndpointFunc(r); name != "" {
@@ -181,7 +191,7 @@ func (m *Middleware) endpoint(r *http.Request, op string) string {
 	return EndpointAny
 }
 
-func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, op string) {
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, route routeOptions) {
 	start := time.Now()
 	ev := Event{}
 	defer func() {
@@ -231,18 +241,22 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 
-	body, err := readBody(r, m.cfg.MaxFingerprintBytes)
+	limit := m.cfg.MaxFingerprintBytes
+	if route.maxBody > 0 {
+		limit = min(limit, route.maxBody)
+	}
+	body, err := readBody(r, limit)
 	if err != nil {
 		ev.Err = err
 		if errors.Is(err, ErrBodyTooLarge) {
 			m.reject(w, &ev, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
-				fmt.Sprintf("The request body is larger than %d bytes, the most this server fingerprints for idempotent requests.", m.cfg.MaxFingerprintBytes))
+				fmt.Sprintf("The request body is larger than %d bytes, the most this route accepts.", limit))
 			return
 		}
 		m.reject(w, &ev, http.StatusBadRequest, ProblemBodyUnreadable, "The request body could not be read.")
 		return
 	}
-	scope := Scope{Principal: principal, Endpoint: m.endpoint(r, op), Key: key}
+	scope := Scope{Principal: principal, Endpoint: m.endpoint(r, route), Key: key}
 	if err := validScopePart("endpoint", scope.Endpoint); err != nil {
 		ev.Err = fmt.Errorf("%w: %w", ErrScopeInvalid, err)
 		m.reject(w, &ev, http.StatusBadRequest, ProblemEndpointInvalid,
@@ -253,6 +267,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	ev.Scope = scope
 
 	if m.cfg.LegacyEndpointFunc != nil && m.answeredByLegacyRecord(w, r, scope, fp, version, &ev) {
+		return
+	}
+	if m.quotasOn() && m.answeredByQuota(w, r, scope, fp, version, &ev) {
 		return
 	}
 
@@ -491,6 +508,24 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 	m.acquired(ev, res)
 
 	rec := newRecorder(w, m.cfg.MaxResponseBytes)
+	// A body over MaxResponseBytes is not stored, so buffering it buys
+	// nothing: the transaction commits (the outcome without the body) as
+	// soon as the body grows past the cap, and the rest streams. Write the
+	// response after the effect: the transaction is closed from then on.
+	var earlyErr error
+	rec.overflowFunc = func() bool {
+		status, _ := rec.result()
+		if !m.stores(r, status) {
+			return false
+		}
+		endCtx, cancelEnd := context.WithTimeout(cleanup, m.cfg.StoreTimeout)
+		defer cancelEnd()
+		earlyErr = tx.Complete(endCtx, scope, res.Token, m.now(), m.storedResponse(rec, true))
+		if earlyErr == nil {
+			earlyErr = tx.Commit(endCtx)
+		}
+		return earlyErr == nil
+	}
 	hctx := context.WithValue(context.WithValue(ctx, ctxKeyTx, tx.Handle()), ctxKeyAttempt, attemptOf(res))
 	r = r.WithContext(hctx)
 	pv, panicked := runHandler(next, rec, r)
@@ -509,6 +544,10 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	}
 	status, _ := rec.result()
+	if rec.streaming {
+		ev.Outcome, ev.Status = OutcomeExecuted, status // committed at the overflow
+		return
+	}
 	if !m.stores(r, status) {
 		rollback()
 		m.metrics.releases.Inc()
@@ -521,11 +560,14 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 	}
 	endCtx, cancelEnd := context.WithTimeout(cleanup, m.cfg.StoreTimeout)
 	defer cancelEnd()
-	err = tx.Complete(endCtx, scope, res.Token, m.now(), m.storedResponse(rec, rec.overflowed))
-	op := "complete"
-	if err == nil {
-		op = "commit"
-		err = tx.Commit(endCtx)
+	op := "commit"
+	if err = earlyErr; err == nil {
+		op = "complete"
+		err = tx.Complete(endCtx, scope, res.Token, m.now(), m.storedResponse(rec, rec.overflowed))
+		if err == nil {
+			op = "commit"
+			err = tx.Commit(endCtx)
+		}
 	}
 	if err != nil {
 		rollback()

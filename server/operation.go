@@ -36,7 +36,21 @@ func Operation(h http.Handler, name string) http.Handler {
 	if err := validOperationName(name); err != nil {
 		panic(fmt.Sprintf("idemkit/server: Operation: %v", err))
 	}
-	return &operationHandler{name: name, next: h}
+	return withRouteOptions(h, routeOptions{name: name})
+}
+
+// LimitBody returns h, declaring that its route accepts request bodies of
+// at most n bytes: the middleware reads and fingerprints at most
+// min(n, Config.MaxFingerprintBytes) bytes of a request to it and answers a
+// larger one with 413 body-too-large before anything is claimed or stored,
+// so the fingerprint never costs more than the route would accept. Like
+// Operation, give it to the handler the middleware wraps, or put it around
+// the middleware. It panics if n is not positive.
+func LimitBody(h http.Handler, n int64) http.Handler {
+	if n <= 0 {
+		panic(fmt.Sprintf("idemkit/server: LimitBody: limit must be positive, got %d", n))
+	}
+	return withRouteOptions(h, routeOptions{maxBody: n})
 }
 
 // OperationMiddleware returns a middleware that names the operation of the
@@ -46,19 +60,48 @@ func OperationMiddleware(name string) func(http.Handler) http.Handler {
 	if err := validOperationName(name); err != nil {
 		panic(fmt.Sprintf("idemkit/server: OperationMiddleware: %v", err))
 	}
-	return func(h http.Handler) http.Handler { return &operationHandler{name: name, next: h} }
+	return func(h http.Handler) http.Handler { return withRouteOptions(h, routeOptions{name: name}) }
 }
 
-// operationHandler carries an operation name: the Middleware reads it when
-// it wraps the handler directly, and from the request context when the
-// operation wraps the Middleware.
-type operationHandler struct {
-	name string
+// routeOptions are what Operation and LimitBody declare about a route.
+type routeOptions struct {
+	name    string // operation name; "" for none
+	maxBody int64  // body limit; 0 for none
+}
+
+// merge returns o with the fields set in inner taking precedence (the
+// declaration nearer the handler wins).
+func (o routeOptions) merge(inner routeOptions) routeOptions {
+	if inner.name != "" {
+		o.name = inner.name
+	}
+	if inner.maxBody > 0 {
+		o.maxBody = inner.maxBody
+	}
+	return o
+}
+
+// routeHandler carries route options: the Middleware reads them when it
+// wraps the handler directly, and from the request context when they wrap
+// the Middleware.
+type routeHandler struct {
+	opts routeOptions
 	next http.Handler
 }
 
-func (o *operationHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	o.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKeyOperation, o.name)))
+func withRouteOptions(h http.Handler, opts routeOptions) http.Handler {
+	if inner, ok := h.(*routeHandler); ok {
+		return &routeHandler{opts: opts.merge(inner.opts), next: inner.next}
+	}
+	return &routeHandler{opts: opts, next: h}
+}
+
+func (o *routeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	opts := o.opts
+	if outer, ok := r.Context().Value(ctxKeyRoute).(routeOptions); ok {
+		opts = outer.merge(opts)
+	}
+	o.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKeyRoute, opts)))
 }
 
 func validOperationName(name string) error {

@@ -118,7 +118,10 @@ func (c pgClock) arg(t time.Time) any {
 	return pgTime(t)
 }
 
-var _ Store = (*PostgresStore)(nil)
+var (
+	_ Store         = (*PostgresStore)(nil)
+	_ UsageReporter = (*PostgresStore)(nil)
+)
 
 // NewPostgresStore returns a store on pool. cfg may be nil. Call Migrate
 // before first use.
@@ -273,6 +276,12 @@ WHERE principal = $2 AND endpoint = $3 AND key = $4 AND token = $5 AND state = '
     ORDER BY expires_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED)`
+
+	pgUsage = `SELECT count(*),
+    coalesce(sum(coalesce(octet_length(response_body), 0) + coalesce(octet_length(response_headers::text), 0)), 0),
+    min(expires_at)
+FROM idempotency_keys
+WHERE principal = $1 AND expires_at > coalesce($2::timestamptz, clock_timestamp())`
 
 	pgStats = `SELECT
     count(*),
@@ -462,6 +471,21 @@ func (s *PostgresStore) Sweep(ctx context.Context, now time.Time) (int, error) {
 			return total, nil
 		}
 	}
+}
+
+// PrincipalUsage implements UsageReporter.
+func (s *PostgresStore) PrincipalUsage(ctx context.Context, principal string, now time.Time) (PrincipalUsage, error) {
+	var (
+		u      PrincipalUsage
+		oldest *time.Time
+	)
+	if err := s.pool.QueryRow(ctx, pgUsage, principal, s.clock.arg(now)).Scan(&u.Keys, &u.StoredBytes, &oldest); err != nil {
+		return PrincipalUsage{}, interpretPostgresError(err)
+	}
+	if oldest != nil {
+		u.OldestExpiresAt = oldest.UTC()
+	}
+	return u, nil
 }
 
 // Stats returns the size of the store at now (see StoreStats). It scans the

@@ -27,6 +27,7 @@ const (
 	ProblemOutcomeUnknown   = "outcome-unknown"
 	ProblemPrincipalInvalid = "principal-invalid"
 	ProblemEndpointInvalid  = "endpoint-invalid"
+	ProblemQuotaExceeded    = "quota-exceeded"
 )
 
 // problem is an RFC 9457 problem details object.
@@ -53,6 +54,7 @@ var problemTitles = map[string]string{
 	ProblemOutcomeUnknown:   "Outcome unknown",
 	ProblemPrincipalInvalid: "Principal cannot scope an Idempotency-Key",
 	ProblemEndpointInvalid:  "Operation name cannot scope an Idempotency-Key",
+	ProblemQuotaExceeded:    "Idempotency quota exceeded",
 }
 
 // writeProblem answers with an application/problem+json body. retryAfter, if

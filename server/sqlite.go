@@ -88,7 +88,10 @@ type SQLiteStore struct {
 	txScopes map[Scope]struct{} // scopes claimed by an open StoreTx
 }
 
-var _ Store = (*SQLiteStore)(nil)
+var (
+	_ Store         = (*SQLiteStore)(nil)
+	_ UsageReporter = (*SQLiteStore)(nil)
+)
 
 // OpenSQLite opens the SQLite database at path with modernc.org/sqlite,
 // creating the file if needed, and configures every connection for this
@@ -283,6 +286,12 @@ WHERE principal = ? AND endpoint = ? AND key = ? AND token = ? AND state = 'in_p
 	sqliteSweepChunk = `DELETE FROM idempotency_keys WHERE rowid IN (
     SELECT rowid FROM idempotency_keys WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)`
 
+	sqliteUsage = `SELECT count(*),
+    coalesce(sum(coalesce(length(response_body), 0) + coalesce(length(CAST(response_headers AS BLOB)), 0)), 0),
+    min(expires_at)
+FROM idempotency_keys
+WHERE principal = ? AND expires_at > ?`
+
 	sqliteStats = `SELECT
     count(*),
     coalesce(sum(CASE WHEN expires_at <= ?1 THEN 1 ELSE 0 END), 0),
@@ -475,6 +484,25 @@ func (s *SQLiteStore) Sweep(ctx context.Context, now time.Time) (int, error) {
 			return total, nil
 		}
 	}
+}
+
+// PrincipalUsage implements UsageReporter.
+func (s *SQLiteStore) PrincipalUsage(ctx context.Context, principal string, now time.Time) (PrincipalUsage, error) {
+	var (
+		u      PrincipalUsage
+		oldest sql.NullString
+	)
+	if err := s.db.QueryRowContext(ctx, sqliteUsage, principal, sqliteTime(now)).Scan(&u.Keys, &u.StoredBytes, &oldest); err != nil {
+		return PrincipalUsage{}, interpretSQLiteError(err)
+	}
+	if oldest.Valid {
+		t, err := parseSQLiteTime(oldest.String)
+		if err != nil {
+			return PrincipalUsage{}, err
+		}
+		u.OldestExpiresAt = t
+	}
+	return u, nil
 }
 
 // Stats returns the size of the store at now (see StoreStats).
