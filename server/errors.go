@@ -39,6 +39,12 @@ var (
 	// control characters (NUL among them). HTTP: 401 principal-invalid, or
 	// 400 endpoint-invalid; the store is never asked.
 	ErrScopeInvalid = errors.New("idemkit/server: invalid principal or endpoint")
+	// ErrStoreReplaced means the SQLite database file was replaced,
+	// restored or deleted under a running SQLiteStore: its connections still
+	// use the old file, so every operation fails closed with an error
+	// wrapping ErrStoreReplaced and ErrStoreUnavailable (HTTP: 503) until the
+	// process reopens the database.
+	ErrStoreReplaced = errors.New("idemkit/server: SQLite database file replaced under the running store")
 	// ErrStoreFull means the store had no room for a write: SQLite's disk or
 	// max_page_count is full, or a value is over the database's size limit
 	// (SQLite SQLITE_FULL, SQLITE_TOOBIG; PostgreSQL 53100 disk_full, 54000
