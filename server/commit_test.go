@@ -80,3 +80,46 @@ func TestTransactionalCommit_LostAnswerIsNotReportedAsRollback(t *testing.T) {
 	require.Equal(t, "true", again.Header.Get(HeaderReplayed))
 	require.Equal(t, 1, runs)
 }
+
+// A frozen database path in transactional mode (connections up, nothing
+// moving) after the handler ran: every store call has a deadline, so the
+// request is answered instead of hanging, and never with a replayable
+// success that was not committed.
+func TestTransactional_FrozenDatabaseAnswersInBoundedTime(t *testing.T) {
+	t.Parallel()
+	pg := newProxiedPostgres(t)
+	ctx := context.Background()
+	store := mwNewPostgresStore(t, ctx, pg.pool)
+	_, err := pg.direct.Exec(ctx, mwEffectsTablePostgres)
+	require.NoError(t, err)
+	mw, err := New(store, &Config{
+		PrincipalFunc: mwPrincipal,
+		Mode:          ModeTransactional,
+		StoreTimeout:  300 * time.Millisecond,
+		Logger:        slog.New(slog.NewTextHandler(t.Output(), nil)),
+	})
+	require.NoError(t, err)
+	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := PgxTx(r.Context())
+		sc, _ := ScopeFromContext(r.Context())
+		if _, err := tx.Exec(r.Context(), mwInsertEffectPostgres, sc.Principal, sc.Key, "paid"); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		pg.proxy.Freeze()
+		w.WriteHeader(http.StatusCreated)
+	})))
+	t.Cleanup(srv.Close)
+
+	reqCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, srv.URL+"/pay", strings.NewReader(`{}`))
+	require.NoError(t, err)
+	req.Header.Set("X-Principal", "alice")
+	req.Header.Set(HeaderKey, "frozen-tx")
+	res, err := srv.Client().Do(req)
+	require.NoError(t, err, "answered before the client's 10 s timeout")
+	_ = res.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, res.StatusCode)
+	pg.proxy.Thaw()
+}

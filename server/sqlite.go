@@ -375,9 +375,10 @@ FROM idempotency_keys`
 //
 // The claim first takes SQLite's write lock (BEGIN IMMEDIATE), waiting up
 // to the connection's busy_timeout; the lease and the window start when the
-// lock is held, not when the claim began to wait: req's times are moved by
-// the wait, so that a short lease cannot lapse while the claim queues
-// behind another writer.
+// lock is held, not when the claim began to wait: after a wait of
+// sqliteClaimShiftMin (100 ms) or more, req's times are moved by the wait,
+// so that a short lease cannot lapse while the claim queues behind another
+// writer.
 func (s *SQLiteStore) Claim(ctx context.Context, req ClaimRequest) (res ClaimResult, err error) {
 	if err := s.checkFile(); err != nil {
 		return ClaimResult{}, err
@@ -394,7 +395,7 @@ func (s *SQLiteStore) Claim(ctx context.Context, req ClaimRequest) (res ClaimRes
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return ClaimResult{}, interpretSQLiteError(err)
 	}
-	if waited := time.Since(start); waited > 0 {
+	if waited := time.Since(start); waited >= sqliteClaimShiftMin {
 		req.Now, req.LockedUntil, req.ExpiresAt = req.Now.Add(waited), req.LockedUntil.Add(waited), req.ExpiresAt.Add(waited)
 	}
 	res, err = sqliteClaimOn(ctx, conn, req)
@@ -411,6 +412,11 @@ func (s *SQLiteStore) Claim(ctx context.Context, req ClaimRequest) (res ClaimRes
 	}
 	return res, nil
 }
+
+// sqliteClaimShiftMin is the shortest wait for the write lock that moves a
+// claim's times: shorter waits are noise next to any lease, and leaving the
+// times as given keeps them exactly the caller's.
+const sqliteClaimShiftMin = 100 * time.Millisecond
 
 // closeConn returns conn to the pool, reporting a failure.
 func (s *SQLiteStore) closeConn(conn *sql.Conn) error {
