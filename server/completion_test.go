@@ -71,19 +71,9 @@ func newLeaseRig(t *testing.T, store Store, configure func(*Config), handler fun
 
 func (rig *leaseRig) post(t *testing.T, key string) *mwResponse {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rig.srv.URL+"/charges", strings.NewReader(`{"amount":1}`))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Principal", "alice")
-	req.Header.Set(HeaderKey, key)
-	res, err := rig.srv.Client().Do(req)
-	require.NoError(t, err, "the request must be answered, not hang")
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	require.NoError(t, err)
-	return &mwResponse{Status: res.StatusCode, Header: res.Header, Body: body}
+	return mwPost(t, rig.srv, "/charges", map[string]string{
+		"Content-Type": "application/json", "X-Principal": "alice", HeaderKey: key,
+	}, `{"amount":1}`)
 }
 
 // retryUntilSettled resends key until the answer is neither 409 in-flight

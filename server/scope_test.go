@@ -1,15 +1,12 @@
 package server
 
 import (
-	"context"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -41,19 +38,9 @@ func scopeRig(t *testing.T, kind string, mode Mode) (*mwStore, *httptest.Server,
 
 func postScoped(t *testing.T, srv *httptest.Server, principal, operation string) *mwResponse {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/x", strings.NewReader("{}"))
-	require.NoError(t, err)
-	req.Header.Set("X-Principal", url.QueryEscape(principal))
-	req.Header.Set("X-Operation", url.QueryEscape(operation))
-	req.Header.Set(HeaderKey, "k")
-	res, err := srv.Client().Do(req)
-	require.NoError(t, err)
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	require.NoError(t, err)
-	return &mwResponse{Status: res.StatusCode, Header: res.Header, Body: body}
+	return mwPost(t, srv, "/x", map[string]string{
+		"X-Principal": url.QueryEscape(principal), "X-Operation": url.QueryEscape(operation), HeaderKey: "k",
+	}, "{}")
 }
 
 // A principal or an operation name with NUL, invalid UTF-8 or over the
