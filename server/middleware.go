@@ -155,6 +155,10 @@ func (m *Middleware) now() time.Time { return m.timeNowFunc() }
 // OPTIONS, TRACE) pass through untouched. Wrap the handler registered on an
 // http.ServeMux, not the mux, so that the default endpoint sees r.Pattern.
 //
+// Wrapping an *http.ServeMux is fine too: a request no route of the mux
+// matches (its 404 or 405) is passed to the mux without a claim. Behind
+// other routers, the router's 404 or 405 is claimed but never stored.
+//
 // The scope's endpoint is the operation name of next when next comes from
 // Operation, or of an Operation wrapped around the middleware, or else
 // Config.EndpointFunc's; without any, keys belong to the principal.
@@ -163,11 +167,20 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	if o, ok := next.(*routeHandler); ok {
 		opts = o.opts
 	}
+	mux, _ := next.(*http.ServeMux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
 		case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
 			next.ServeHTTP(w, r)
 			return
+		}
+		if mux != nil {
+			if _, pattern := mux.Handler(r); pattern == "" {
+				// No route matches: the mux answers 404 or 405 (or
+				// redirects); nothing to claim or store.
+				next.ServeHTTP(w, r)
+				return
+			}
 		}
 		if outer, ok := r.Context().Value(ctxKeyRoute).(routeOptions); ok {
 			m.serve(w, r, next, outer.merge(opts))

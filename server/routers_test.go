@@ -157,6 +157,13 @@ func TestRouters_ServeMuxRenamedRouteReplays(t *testing.T) {
 	require.Equal(t, http.StatusUnprocessableEntity, send(t, after, "/v1/orders/7/refund", "k").status)
 
 	require.Equal(t, http.StatusNotFound, send(t, wrappedMux, "/nowhere", "k2").status)
+	miss := send(t, wrappedMux, "/v1/orders/7/pay", "")
+	require.Equal(t, http.StatusBadRequest, miss.status, "a matched route needs a key")
+	// An unmatched route is never claimed: no key needed, no record.
+	require.Equal(t, http.StatusNotFound, send(t, wrappedMux, "/nowhere", "").status)
+	stats, err := rr.store.Stats(context.Background(), time.Now())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, stats.Rows, "only the one charge is stored")
 	require.Equal(t, http.StatusCreated, send(t, wrappedMux, "/v1/orders/7/pay", "k2").status, "the 404 left the key free")
 	require.EqualValues(t, 2, rr.runs.Load())
 }
