@@ -47,16 +47,23 @@ func (m Mode) String() string {
 // request with 401 and the problem type unauthenticated.
 type PrincipalFunc func(r *http.Request) (string, error)
 
-// EndpointFunc returns the operation part of a request's scope. Two requests
-// with the same principal and key but different endpoints are independent.
+// EndpointFunc returns the operation part of a request's scope: an
+// explicit, stable operation name such as "orders.pay". Two requests with
+// the same principal and key but different endpoints are independent. It
+// must not derive the name from the route pattern's text or the path: a
+// renamed parameter, a moved middleware or a router upgrade would then move
+// keys still inside the window to a new scope, and their retries would run
+// again. An empty result means no endpoint (EndpointAny).
 type EndpointFunc func(r *http.Request) string
 
 // DefaultEndpoint returns r.Method, a space and the route pattern that
 // http.ServeMux matched (r.Pattern without its method and host parts), or
-// r.URL.Path when there is no pattern. For the pattern to be set, wrap the
-// handler you register, not the mux:
+// r.URL.Path when there is no pattern: the endpoint scope of records written
+// by idemkit before keys became principal-wide by default.
 //
-//	mux.Handle("POST /payments", m.Wrap(payments))
+// Deprecated: pattern text is not a stable operation name. Use it only as
+// Config.LegacyEndpointFunc while records written with it are inside their
+// window (see the README, "Migrating from endpoint-scoped records").
 func DefaultEndpoint(r *http.Request) string {
 	p := r.Pattern
 	if p == "" {
@@ -78,6 +85,7 @@ const (
 	LockTimeoutDefault         = 3 * time.Second
 	MaxFingerprintBytesDefault = 1 << 20
 	MaxResponseBytesDefault    = 1 << 20
+	StoreTimeoutDefault        = 5 * time.Second
 )
 
 // ReplayHeadersDefault is the default Config.ReplayHeaders.
@@ -115,25 +123,59 @@ type Config struct {
 	// Defaults to LockTimeoutDefault (3s).
 	LockTimeout time.Duration
 
-	// PrincipalWideKeys takes the endpoint out of the scope: a key then
-	// names one intent of a principal, whatever route it is sent to, and
-	// reusing it on another endpoint is a 422 (the fingerprint covers method
-	// and path). Defaults to false: keys are scoped per endpoint.
+	// StoreTimeout bounds every call the middleware makes to the store
+	// (claim, read, completion, release, lease extension, commit): a
+	// database path that stops answering fails the call after it instead of
+	// hanging the request. Lease extensions are also bounded by a third of
+	// LeaseDuration. Defaults to StoreTimeoutDefault (5s).
+	StoreTimeout time.Duration
+
+	// PrincipalWideKeys is kept for compatibility and has no effect: keys
+	// are principal-wide by default. A key names one intent of a principal,
+	// whatever route it is sent to, and reusing it on another operation is
+	// a 422, because the fingerprint covers the method and the concrete
+	// path.
+	//
+	// Deprecated: principal-wide keys are the default.
 	PrincipalWideKeys bool
 
 	// AllowMissingKey passes requests without an Idempotency-Key straight
 	// to the handler instead of answering 400. Defaults to false.
 	AllowMissingKey bool
 
-	// EndpointFunc returns the endpoint part of the scope; an empty result
-	// falls back to DefaultEndpoint. Ignored when PrincipalWideKeys is set.
-	// Defaults to DefaultEndpoint.
+	// EndpointFunc, if set, returns an explicit operation name that becomes
+	// the endpoint part of every scope (see EndpointFunc for what it must
+	// not be). A name given per route with Operation takes precedence.
+	// Defaults to nil: the scope is (principal, EndpointAny, key) unless the
+	// route names its operation.
 	EndpointFunc EndpointFunc
+
+	// LegacyEndpointFunc, if set, names the endpoint under which an older
+	// deployment stored records (DefaultEndpoint for idemkit's former
+	// default). A request whose scope has no live record is first answered
+	// from a live record under (principal, LegacyEndpointFunc(r), key), if
+	// there is one: a replay, a 409 or a 422, never a second run. Set it for
+	// one window after upgrading, then remove it. Defaults to nil.
+	LegacyEndpointFunc EndpointFunc
 
 	// MaxFingerprintBytes is the largest request body the middleware reads
 	// to fingerprint; a larger body is answered with 413. Defaults to
 	// MaxFingerprintBytesDefault (1 MiB).
 	MaxFingerprintBytes int64
+
+	// MaxKeysPerPrincipal bounds the live keys (records inside the window)
+	// one principal may hold. A request with a new key from a principal at
+	// the bound is answered 429 quota-exceeded with Retry-After before
+	// anything is stored; retries of keys it holds still replay. The check
+	// reads the principal's rows before each new key, and concurrent new
+	// keys may overshoot it by their number. The store must implement
+	// UsageReporter. Defaults to 0: no bound.
+	MaxKeysPerPrincipal int64
+
+	// MaxStoredBytesPerPrincipal bounds the stored response bytes (bodies
+	// and headers) of one principal's live records, like
+	// MaxKeysPerPrincipal. Defaults to 0: no bound.
+	MaxStoredBytesPerPrincipal int64
 
 	// MaxResponseBytes is the largest response body stored for replay. A
 	// larger body is sent to the first caller but not stored; a replay then
@@ -174,9 +216,7 @@ func (c *Config) WithDefaults() *Config {
 	out.LockTimeout = cmp.Or(out.LockTimeout, LockTimeoutDefault)
 	out.MaxFingerprintBytes = cmp.Or(out.MaxFingerprintBytes, MaxFingerprintBytesDefault)
 	out.MaxResponseBytes = cmp.Or(out.MaxResponseBytes, MaxResponseBytesDefault)
-	if out.EndpointFunc == nil {
-		out.EndpointFunc = DefaultEndpoint
-	}
+	out.StoreTimeout = cmp.Or(out.StoreTimeout, StoreTimeoutDefault)
 	if out.ReplayHeaders == nil {
 		out.ReplayHeaders = ReplayHeadersDefault
 	}
@@ -204,6 +244,12 @@ func (c *Config) validate() error {
 	}
 	if c.LockTimeout < time.Millisecond {
 		errs = append(errs, fmt.Errorf("Config.LockTimeout must be at least 1ms, got %v", c.LockTimeout))
+	}
+	if c.StoreTimeout < time.Millisecond {
+		errs = append(errs, fmt.Errorf("Config.StoreTimeout must be at least 1ms, got %v", c.StoreTimeout))
+	}
+	if c.MaxKeysPerPrincipal < 0 || c.MaxStoredBytesPerPrincipal < 0 {
+		errs = append(errs, errors.New("Config.MaxKeysPerPrincipal and Config.MaxStoredBytesPerPrincipal must not be negative"))
 	}
 	if c.MaxFingerprintBytes < 0 {
 		errs = append(errs, fmt.Errorf("Config.MaxFingerprintBytes must not be negative, got %d", c.MaxFingerprintBytes))

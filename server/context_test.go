@@ -34,7 +34,7 @@ func TestContext_Accessors(t *testing.T) {
 		b.srv = srv
 		res := b.do(t, mwReq{path: "/whoami", principal: "alice", keys: []string{`"k-1"`}, body: "x"})
 		require.Equal(t, http.StatusOK, res.Status)
-		want := fmt.Sprintf("alice|POST /whoami|k-1|true|%v|%v",
+		want := fmt.Sprintf("alice|*|k-1|true|%v|%v",
 			mode == ModeTransactional && kind == mwPostgres, mode == ModeTransactional && kind == mwSQLite)
 		require.Equal(t, want, string(res.Body))
 	})

@@ -41,11 +41,13 @@
 //
 // A key is scoped to (principal, endpoint, key). The principal comes from
 // [Config.PrincipalFunc] and is required: two tenants who both send the key
-// "retry-1" never see, nor collide with, each other's records. The endpoint
-// is the method and the http.ServeMux route pattern by default
-// ([DefaultEndpoint]), so one key on POST /payments and POST /refunds is two
-// operations; with [Config.PrincipalWideKeys] a key names one intent of the
-// principal across routes, and reusing it on another route is a 422.
+// "retry-1" never see, nor collide with, each other's records. By default a
+// key belongs to the principal (the endpoint is [EndpointAny]): reusing it
+// on another operation is a 422, because the fingerprint covers the method
+// and the concrete path. The scope never depends on route-pattern text, so a
+// renamed route or a moved middleware keeps replaying. An API that wants a
+// key to be independent per operation names its operations explicitly with
+// [Operation], [OperationMiddleware] or [Config.EndpointFunc].
 //
 // # Fingerprint
 //

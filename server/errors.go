@@ -34,6 +34,29 @@ var (
 	ErrBodyTooLarge = errors.New("idemkit/server: request body too large to fingerprint")
 	// ErrUnauthenticated wraps the error of Config.PrincipalFunc. HTTP: 401.
 	ErrUnauthenticated = errors.New("idemkit/server: no principal")
+	// ErrScopeInvalid means a principal or an endpoint cannot be part of a
+	// scope: empty, longer than MaxScopePartBytes, invalid UTF-8 or with
+	// control characters (NUL among them). HTTP: 401 principal-invalid, or
+	// 400 endpoint-invalid; the store is never asked.
+	ErrScopeInvalid = errors.New("idemkit/server: invalid principal or endpoint")
+	// ErrStoreReplaced means the SQLite database file was replaced,
+	// restored or deleted under a running SQLiteStore: its connections still
+	// use the old file, so every operation fails closed with an error
+	// wrapping ErrStoreReplaced and ErrStoreUnavailable (HTTP: 503) until the
+	// process reopens the database.
+	ErrStoreReplaced = errors.New("idemkit/server: SQLite database file replaced under the running store")
+	// ErrStoreFull means the store had no room for a write: SQLite's disk or
+	// max_page_count is full, or a value is over the database's size limit
+	// (SQLite SQLITE_FULL, SQLITE_TOOBIG; PostgreSQL 53100 disk_full, 54000
+	// program_limit_exceeded). The middleware then stores the outcome
+	// without the response body, as for a body over Config.MaxResponseBytes.
+	ErrStoreFull = errors.New("idemkit/server: store full")
+	// ErrOutcomeUnknown means the middleware cannot tell whether a
+	// request's result was stored or applied: a transactional COMMIT whose
+	// answer was lost, or a lease lost while the handler ran. HTTP: 503
+	// problem outcome-unknown; retry with the same key, which replays the
+	// result if it was stored.
+	ErrOutcomeUnknown = errors.New("idemkit/server: outcome unknown")
 )
 
 // KeyError describes why an Idempotency-Key was rejected.

@@ -230,7 +230,7 @@ func ExampleConfig_onEventFunc() {
 		fmt.Println(e.Outcome, e.Status, e.Scope.Principal, e.Scope.Endpoint, e.Scope.Key)
 	}
 	// Output:
-	// executed 201 acct_42 POST /payments k
-	// replayed 201 acct_42 POST /payments k
-	// mismatch 422 acct_42 POST /payments k
+	// executed 201 acct_42 * k
+	// replayed 201 acct_42 * k
+	// mismatch 422 acct_42 * k
 }

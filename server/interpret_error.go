@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 
 	"github.com/jackc/pgerrcode"
@@ -58,6 +59,10 @@ func interpretPostgresError(err error) error {
 			return wrapStoreError(ErrInFlight, "lock timeout", err)
 		case pgErr.Code == pgerrcode.SerializationFailure, pgErr.Code == pgerrcode.DeadlockDetected:
 			return wrapStoreError(ErrStoreBusy, "", err)
+		case pgErr.Code == pgerrcode.DiskFull, pgErr.Code == pgerrcode.ProgramLimitExceeded:
+			return wrapStoreError(ErrStoreFull, "", err)
+		case pgErr.Code == pgerrcode.QueryCanceled, pgErr.Code == pgerrcode.IdleInTransactionSessionTimeout:
+			return wrapStoreError(ErrStoreUnavailable, "timeout", err)
 		case pgerrcode.IsConnectionException(pgErr.Code),
 			pgErr.Code == pgerrcode.AdminShutdown,
 			pgErr.Code == pgerrcode.CrashShutdown,
@@ -71,7 +76,7 @@ func interpretPostgresError(err error) error {
 		return err
 	}
 	var netErr net.Error
-	if errors.As(err, &netErr) || pgconn.Timeout(err) {
+	if errors.As(err, &netErr) || pgconn.Timeout(err) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 		return wrapStoreError(ErrStoreUnavailable, "", err)
 	}
 	return err
@@ -95,7 +100,9 @@ func interpretSQLiteError(err error) error {
 			return wrapStoreError(ErrStoreBusy, "database is locked by another writer", err)
 		case sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB:
 			return wrapStoreError(ErrStoreUnavailable, "the database file is corrupt or not an SQLite database", err)
-		case sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY:
+		case sqlite3.SQLITE_FULL, sqlite3.SQLITE_TOOBIG:
+			return wrapStoreError(ErrStoreFull, "", err)
+		case sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY:
 			return wrapStoreError(ErrStoreUnavailable, "", err)
 		}
 		return err

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 )
 
@@ -44,12 +42,23 @@ const (
 	// OutcomeReleased: the handler answered 5xx or panicked; the claim was
 	// released (or rolled back) and nothing was stored.
 	OutcomeReleased Outcome = "released"
+	// OutcomeNotStored: the handler's response is one the middleware does
+	// not store (see Middleware.stores: a status that says nothing
+	// happened yet, or one the handler marked with MarkNotStored). It was
+	// sent; the claim was released (or rolled back), so a retry runs the
+	// handler again.
+	OutcomeNotStored Outcome = "not_stored"
 	// OutcomeStoreError: 503, the store failed; the handler did not run, or
 	// (transactional mode) its effect was rolled back.
 	OutcomeStoreError Outcome = "store_error"
 	// OutcomePassThrough: no key and Config.AllowMissingKey; the handler ran
 	// unprotected.
 	OutcomePassThrough Outcome = "pass_through"
+	// OutcomeUnknown: 503 outcome-unknown; the middleware cannot tell
+	// whether the result was applied or stored (a COMMIT whose answer was
+	// lost, a lease lost while the handler ran). A retry with the same key
+	// finds out.
+	OutcomeUnknown Outcome = "unknown"
 	// OutcomeCanceled: the request's context ended before the key was
 	// claimed (the client went away), or the handler then returned without
 	// writing anything; nothing is stored and nothing is held.
@@ -85,6 +94,8 @@ type Middleware struct {
 	window        string
 	replayHeaders map[string]bool
 	timeNowFunc   func() time.Time
+	durations     durations
+	usage         UsageReporter // set when quotas are on
 }
 
 // New returns a Middleware over store, configured by cfg with defaults
@@ -98,6 +109,14 @@ func New(store Store, cfg *Config) (*Middleware, error) {
 	c := cfg.WithDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
+	}
+	var usage UsageReporter
+	if c.MaxKeysPerPrincipal > 0 || c.MaxStoredBytesPerPrincipal > 0 {
+		u, ok := store.(UsageReporter)
+		if !ok {
+			return nil, fmt.Errorf("idemkit/server: invalid config: per-principal quotas need a store that implements UsageReporter; %T does not", store)
+		}
+		usage = u
 	}
 	met, err := newMetrics(c.Registerer)
 	if err != nil {
@@ -117,6 +136,7 @@ func New(store Store, cfg *Config) (*Middleware, error) {
 		window:        strconv.FormatInt(int64(c.Window/time.Second), 10),
 		replayHeaders: allowed,
 		timeNowFunc:   time.Now,
+		usage:         usage,
 	}, nil
 }
 
@@ -134,18 +154,57 @@ func (m *Middleware) now() time.Time { return m.timeNowFunc() }
 // Wrap returns next protected by m. Requests with a safe method (GET, HEAD,
 // OPTIONS, TRACE) pass through untouched. Wrap the handler registered on an
 // http.ServeMux, not the mux, so that the default endpoint sees r.Pattern.
+//
+// Wrapping an *http.ServeMux is fine too: a request no route of the mux
+// matches (its 404 or 405) is passed to the mux without a claim. Behind
+// other routers, the router's 404 or 405 is claimed but never stored.
+//
+// The scope's endpoint is the operation name of next when next comes from
+// Operation, or of an Operation wrapped around the middleware, or else
+// Config.EndpointFunc's; without any, keys belong to the principal.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
+	var opts routeOptions
+	if o, ok := next.(*routeHandler); ok {
+		opts = o.opts
+	}
+	mux, _ := next.(*http.ServeMux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
 		case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
 			next.ServeHTTP(w, r)
 			return
 		}
-		m.serve(w, r, next)
+		if mux != nil {
+			if _, pattern := mux.Handler(r); pattern == "" {
+				// No route matches: the mux answers 404 or 405 (or
+				// redirects); nothing to claim or store.
+				next.ServeHTTP(w, r)
+				return
+			}
+		}
+		if outer, ok := r.Context().Value(ctxKeyRoute).(routeOptions); ok {
+			m.serve(w, r, next, outer.merge(opts))
+			return
+		}
+		m.serve(w, r, next, opts)
 	})
 }
 
-func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+// endpoint returns the endpoint part of r's scope: the route's operation
+// name, Config.EndpointFunc's name, or EndpointAny.
+func (m *Middleware) endpoint(r *http.Request, route routeOptions) string {
+	if route.name != "" {
+		return route.name
+	}
+	if m.cfg.EndpointFunc != nil {
+		if name := m.cfg.EndpointFunc(r); name != "" {
+			return name
+		}
+	}
+	return EndpointAny
+}
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, route routeOptions) {
 	start := time.Now()
 	ev := Event{}
 	defer func() {
@@ -174,6 +233,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.reject(w, &ev, http.StatusUnauthorized, ProblemUnauthenticated, "The request has no authenticated principal, so its Idempotency-Key cannot be scoped.")
 		return
 	}
+	if err := validScopePart("principal", principal); err != nil {
+		ev.Err = fmt.Errorf("%w: %w: %w", ErrUnauthenticated, ErrScopeInvalid, err)
+		m.reject(w, &ev, http.StatusUnauthorized, ProblemPrincipalInvalid,
+			fmt.Sprintf("The request's principal cannot scope an Idempotency-Key: it must be valid UTF-8 without control characters, at most %d bytes.", MaxScopePartBytes))
+		return
+	}
 	if keyErr != nil {
 		ev.Err = keyErr
 		if errors.Is(keyErr, ErrKeyMissing) {
@@ -189,26 +254,39 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 
-	body, err := readBody(r, m.cfg.MaxFingerprintBytes)
+	limit := m.cfg.MaxFingerprintBytes
+	if route.maxBody > 0 {
+		limit = min(limit, route.maxBody)
+	}
+	body, err := readBody(r, limit)
 	if err != nil {
 		ev.Err = err
 		if errors.Is(err, ErrBodyTooLarge) {
 			m.reject(w, &ev, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
-				fmt.Sprintf("The request body is larger than %d bytes, the most this server fingerprints for idempotent requests.", m.cfg.MaxFingerprintBytes))
+				fmt.Sprintf("The request body is larger than %d bytes, the most this route accepts.", limit))
 			return
 		}
 		m.reject(w, &ev, http.StatusBadRequest, ProblemBodyUnreadable, "The request body could not be read.")
 		return
 	}
-	fp, version := Fingerprint(r, body)
-
-	scope := Scope{Principal: principal, Endpoint: EndpointAny, Key: key}
-	if !m.cfg.PrincipalWideKeys {
-		scope.Endpoint = cmp.Or(m.cfg.EndpointFunc(r), DefaultEndpoint(r))
+	scope := Scope{Principal: principal, Endpoint: m.endpoint(r, route), Key: key}
+	if err := validScopePart("endpoint", scope.Endpoint); err != nil {
+		ev.Err = fmt.Errorf("%w: %w", ErrScopeInvalid, err)
+		m.reject(w, &ev, http.StatusBadRequest, ProblemEndpointInvalid,
+			fmt.Sprintf("The operation this request was routed to has no usable name: it must be valid UTF-8 without control characters, at most %d bytes.", MaxScopePartBytes))
+		return
 	}
+	fp, version := Fingerprint(r, body)
 	ev.Scope = scope
 
-	r = r.WithContext(context.WithValue(r.Context(), ctxKeyScope, scope))
+	if m.cfg.LegacyEndpointFunc != nil && m.answeredByLegacyRecord(w, r, scope, fp, version, &ev) {
+		return
+	}
+	if m.quotasOn() && m.answeredByQuota(w, r, scope, fp, version, &ev) {
+		return
+	}
+
+	r = r.WithContext(context.WithValue(context.WithValue(r.Context(), ctxKeyScope, scope), ctxKeyNotStored, &notStoredMark{}))
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
@@ -275,8 +353,8 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 	// The claim commits on its own: a client that disconnects mid-statement
 	// must not leave a committed claim this process never learns about (and
 	// so never releases), so the claim runs on a context the request cannot
-	// cancel, bounded by claimTimeout instead.
-	claimCtx, cancelClaim := context.WithTimeout(cleanup, claimTimeout)
+	// cancel, bounded by Config.StoreTimeout instead.
+	claimCtx, cancelClaim := context.WithTimeout(cleanup, m.cfg.StoreTimeout)
 	t0 := time.Now()
 	res, err := m.store.Claim(claimCtx, req)
 	cancelClaim()
@@ -297,21 +375,24 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 		return
 	}
 	m.acquired(ev, res)
-	hb := m.startHeartbeat(cleanup, scope, res.Token)
-	defer hb.stop()
+	hctx, cancelHandler := context.WithCancelCause(ctx)
+	defer cancelHandler(nil)
+	r = r.WithContext(context.WithValue(hctx, ctxKeyAttempt, attemptOf(res)))
+	l := m.startLease(cleanup, scope, res.Token, t0, cancelHandler)
+	defer l.stop()
 
 	rec := newRecorder(w, m.cfg.MaxResponseBytes)
 	rec.overflowFunc = func() bool {
 		status, _ := rec.result()
-		if status >= 500 {
+		if !m.stores(r, status) {
 			return false // keep buffering; the claim will be released
 		}
-		hb.stop()
-		ev.Err = m.complete(cleanup, r, scope, res.Token, m.storedResponse(rec, true))
+		ev.Err = l.complete(cleanup, r, m.storedResponse(rec, true))
 		return true
 	}
+	handlerStart := time.Now()
 	pv, panicked := runHandler(next, rec, r)
-	hb.stop()
+	m.durations.observe(routeKey(r, scope), time.Since(handlerStart))
 
 	if panicked {
 		if rec.streaming {
@@ -321,6 +402,7 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 				scopeAttrs(scope, slog.Any("panic", pv))...)
 			panic(http.ErrAbortHandler)
 		}
+		l.stop()
 		m.release(cleanup, r, scope, res.Token)
 		m.panicked(w, r, ev, pv)
 		return
@@ -329,8 +411,17 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 		// The handler gave up on a client that is gone and answered nothing:
 		// no outcome to store. Storing an empty 200 would replay success to
 		// the retry; free the key so that the retry runs the handler.
+		l.stop()
 		m.release(cleanup, r, scope, res.Token)
 		m.canceledInHandler(w, r, ev, ctx.Err())
+		return
+	}
+	if lost := l.lostErr(); lost != nil && !rec.wrote() {
+		// The handler stopped because its lease was lost: whatever it did
+		// is unknown, and the claim is (or will be) another attempt's, which
+		// is told so. Store nothing and release nothing.
+		l.stop()
+		m.outcomeUnknown(w, r, ev, lost, "The request's claim was lost while it was being processed, so its outcome is unknown. Retry with the same Idempotency-Key: the retry reconciles and answers the outcome.")
 		return
 	}
 	status, _ := rec.result()
@@ -339,46 +430,27 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 		ev.Outcome = OutcomeExecuted
 		return
 	}
-	if status >= 500 {
+	if !m.stores(r, status) {
+		l.stop()
 		m.release(cleanup, r, scope, res.Token)
 		ev.Outcome = OutcomeReleased
+		if status < 500 {
+			ev.Outcome = OutcomeNotStored
+		}
 		rec.send(nil)
 		return
 	}
-	ev.Err = m.complete(cleanup, r, scope, res.Token, m.storedResponse(rec, rec.overflowed))
+	ev.Err = l.complete(cleanup, r, m.storedResponse(rec, rec.overflowed))
 	ev.Outcome = OutcomeExecuted
 	rec.send(nil)
-}
-
-// claimTimeout bounds a lease-mode claim, which runs on a context the
-// request cannot cancel.
-const claimTimeout = 10 * time.Second
-
-// complete stores resp for the lease-mode claim. A failure is logged and
-// returned, but the response is still sent: the handler's effect happened.
-func (m *Middleware) complete(ctx context.Context, r *http.Request, scope Scope, token int64, resp *StoredResponse) error {
-	err := m.store.Complete(ctx, scope, token, m.now(), resp)
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, ErrLeaseLost) {
-		m.metrics.leaseLost.Inc()
-		m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn,
-			"idemkit: lease lost before completion; the response is sent but not stored (a retry took the claim over)",
-			scopeAttrs(scope, slog.Int64("token", token))...)
-		return err
-	}
-	m.metrics.storeError("complete")
-	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError,
-		"idemkit: could not store the response; it is sent but a retry after the lease may run the handler again",
-		scopeAttrs(scope, slog.Int64("token", token), slog.Any("error", err))...)
-	return err
 }
 
 // release frees a lease-mode claim after a 5xx or a panic.
 func (m *Middleware) release(ctx context.Context, r *http.Request, scope Scope, token int64) {
 	m.metrics.releases.Inc()
-	err := m.store.Release(ctx, scope, token)
+	callCtx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+	defer cancel()
+	err := m.store.Release(callCtx, scope, token)
 	if err == nil {
 		return
 	}
@@ -391,6 +463,15 @@ func (m *Middleware) release(ctx context.Context, r *http.Request, scope Scope, 
 		scopeAttrs(scope, slog.Int64("token", token), slog.Any("error", err))...)
 }
 
+// outcomeUnknown answers a request whose result may or may not have been
+// applied or stored: 503 outcome-unknown, retry with the same key.
+func (m *Middleware) outcomeUnknown(w http.ResponseWriter, r *http.Request, ev *Event, err error, detail string) {
+	ev.Outcome, ev.Status, ev.Err = OutcomeUnknown, http.StatusServiceUnavailable, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idemkit: outcome unknown; answered outcome-unknown",
+		scopeAttrs(ev.Scope, slog.Any("error", err))...)
+	writeProblem(w, http.StatusServiceUnavailable, ProblemOutcomeUnknown, detail, 1)
+}
+
 func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fp []byte, version int, ev *Event) {
 	ctx := r.Context()
 	cleanup := context.WithoutCancel(ctx)
@@ -398,37 +479,71 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 	// expires, so a plain read answers a duplicate without a transaction (and,
 	// on SQLite, without waiting for the single writer). Absence proves
 	// nothing here; only the claim below decides who runs the handler.
-	if rec, err := m.store.Get(ctx, scope, m.now()); err == nil && rec.State == StateCompleted {
-		m.answerExisting(w, r, rec, fp, version, ev)
+	getCtx, cancelGet := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+	existing, err := m.store.Get(getCtx, scope, m.now())
+	cancelGet()
+	if err == nil && existing.State == StateCompleted {
+		m.answerExisting(w, r, existing, fp, version, ev)
 		return
 	}
-	tx, err := m.store.BeginTx(ctx, m.cfg.LockTimeout)
+	beginCtx, cancelBegin := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+	tx, err := m.store.BeginTx(beginCtx, m.cfg.LockTimeout)
+	cancelBegin()
 	if err != nil {
 		m.storeFailure(w, r, ev, "begin", err)
 		return
 	}
-	defer func() { _ = tx.Rollback(cleanup) }() // a no-op after Commit
+	rollback := func() {
+		rbCtx, cancel := context.WithTimeout(cleanup, m.cfg.StoreTimeout)
+		defer cancel()
+		if err := tx.Rollback(rbCtx); err != nil {
+			m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemkit: rollback failed; the database ends the transaction when the connection closes",
+				scopeAttrs(scope, slog.Any("error", err))...)
+		}
+	}
+	defer rollback() // a no-op after Commit or Rollback
 	req := m.claimRequest(scope, fp, version, m.cfg.LockTimeout)
 	t0 := time.Now()
-	res, err := tx.Claim(ctx, req)
+	claimCtx, cancelClaim := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+	res, err := tx.Claim(claimCtx, req)
+	cancelClaim()
 	m.metrics.claimTime.Observe(time.Since(t0).Seconds())
 	if err != nil {
-		_ = tx.Rollback(cleanup)
+		rollback()
 		m.storeFailure(w, r, ev, "claim", err)
 		return
 	}
 	if !res.Acquired {
-		_ = tx.Rollback(cleanup)
+		rollback()
 		m.answerExisting(w, r, res.Existing, fp, version, ev)
 		return
 	}
 	m.acquired(ev, res)
 
 	rec := newRecorder(w, m.cfg.MaxResponseBytes)
-	r = r.WithContext(context.WithValue(r.Context(), ctxKeyTx, tx.Handle()))
+	// A body over MaxResponseBytes is not stored, so buffering it buys
+	// nothing: the transaction commits (the outcome without the body) as
+	// soon as the body grows past the cap, and the rest streams. Write the
+	// response after the effect: the transaction is closed from then on.
+	var earlyErr error
+	rec.overflowFunc = func() bool {
+		status, _ := rec.result()
+		if !m.stores(r, status) {
+			return false
+		}
+		endCtx, cancelEnd := context.WithTimeout(cleanup, m.cfg.StoreTimeout)
+		defer cancelEnd()
+		earlyErr = tx.Complete(endCtx, scope, res.Token, m.now(), m.storedResponse(rec, true))
+		if earlyErr == nil {
+			earlyErr = tx.Commit(endCtx)
+		}
+		return earlyErr == nil
+	}
+	hctx := context.WithValue(context.WithValue(ctx, ctxKeyTx, tx.Handle()), ctxKeyAttempt, attemptOf(res))
+	r = r.WithContext(hctx)
 	pv, panicked := runHandler(next, rec, r)
 	if panicked {
-		_ = tx.Rollback(cleanup)
+		rollback()
 		m.metrics.releases.Inc()
 		m.panicked(w, r, ev, pv)
 		return
@@ -436,28 +551,44 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 	if !rec.wrote() && ctx.Err() != nil {
 		// As in lease mode: nothing answered to a gone client is no outcome;
 		// roll back so that the retry runs the handler.
-		_ = tx.Rollback(cleanup)
+		rollback()
 		m.metrics.releases.Inc()
 		m.canceledInHandler(w, r, ev, ctx.Err())
 		return
 	}
 	status, _ := rec.result()
-	if status >= 500 {
-		_ = tx.Rollback(cleanup)
+	if rec.streaming {
+		ev.Outcome, ev.Status = OutcomeExecuted, status // committed at the overflow
+		return
+	}
+	if !m.stores(r, status) {
+		rollback()
 		m.metrics.releases.Inc()
 		ev.Outcome, ev.Status = OutcomeReleased, status
+		if status < 500 {
+			ev.Outcome = OutcomeNotStored
+		}
 		rec.send(nil)
 		return
 	}
-	err = tx.Complete(cleanup, scope, res.Token, m.now(), m.storedResponse(rec, rec.overflowed))
-	op := "complete"
-	if err == nil {
-		op = "commit"
-		err = tx.Commit(cleanup)
+	endCtx, cancelEnd := context.WithTimeout(cleanup, m.cfg.StoreTimeout)
+	defer cancelEnd()
+	op := "commit"
+	if err = earlyErr; err == nil {
+		op = "complete"
+		err = tx.Complete(endCtx, scope, res.Token, m.now(), m.storedResponse(rec, rec.overflowed))
+		if err == nil {
+			op = "commit"
+			err = tx.Commit(endCtx)
+		}
 	}
 	if err != nil {
-		_ = tx.Rollback(cleanup)
+		rollback()
 		m.metrics.storeError(op)
+		if errors.Is(err, ErrOutcomeUnknown) {
+			m.commitUnknown(w, r, rec, scope, res.Token, ev, err)
+			return
+		}
 		m.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idemkit: transaction failed after the handler ran; its effect was rolled back",
 			scopeAttrs(scope, slog.String("op", op), slog.Any("error", err))...)
 		ev.Outcome, ev.Status, ev.Err = OutcomeStoreError, http.StatusServiceUnavailable, err
@@ -471,6 +602,28 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 	}
 	ev.Outcome, ev.Status = OutcomeExecuted, status
 	rec.send(nil)
+}
+
+// commitUnknown answers a transactional request whose COMMIT was sent but
+// whose answer was lost: the transaction may have committed. The record is
+// read again; if it holds this claim's completion, the commit happened and
+// the handler's response is sent. Otherwise the answer is outcome-unknown,
+// never "nothing was applied": the commit may still have happened, and a
+// retry with the same key replays it if so.
+func (m *Middleware) commitUnknown(w http.ResponseWriter, r *http.Request, rec *recorder, scope Scope, token int64, ev *Event, err error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), m.cfg.StoreTimeout)
+	defer cancel()
+	stored, getErr := m.store.Get(ctx, scope, m.now())
+	if getErr == nil && stored.State == StateCompleted && stored.Token == token {
+		m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "idemkit: the COMMIT's answer was lost, but the record shows it committed",
+			scopeAttrs(scope, slog.Any("error", err))...)
+		status, _ := rec.result()
+		ev.Outcome, ev.Status = OutcomeExecuted, status
+		rec.send(nil)
+		return
+	}
+	m.outcomeUnknown(w, r, ev, errors.Join(err, getErr),
+		"The result was sent to the database but its confirmation was lost, so it may or may not have been applied. Retry with the same Idempotency-Key: a retry replays the result if it was applied.")
 }
 
 func (m *Middleware) acquired(ev *Event, res ClaimResult) {
@@ -540,10 +693,9 @@ func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, ex *
 		return
 	}
 	m.metrics.conflicts.Inc()
-	retry := int(math.Ceil(ex.LockedUntil.Sub(m.now()).Seconds()))
 	ev.Outcome, ev.Status, ev.Err = OutcomeInFlight, http.StatusConflict, ErrInFlight
 	writeProblem(w, http.StatusConflict, ProblemInFlight,
-		"A request with this Idempotency-Key is still being processed. Retry after the delay in Retry-After.", max(retry, 1))
+		"A request with this Idempotency-Key is still being processed. Retry after the delay in Retry-After.", m.inFlightRetryAfter(r, ev.Scope, ex))
 }
 
 func (m *Middleware) replay(w http.ResponseWriter, resp *StoredResponse, ev *Event) {
@@ -625,53 +777,4 @@ func scopeAttrs(s Scope, extra ...slog.Attr) []slog.Attr {
 	return append([]slog.Attr{
 		slog.String("principal", s.Principal), slog.String("endpoint", s.Endpoint), slog.String("key", s.Key),
 	}, extra...)
-}
-
-// heartbeat extends a lease every LeaseDuration/3 until stopped.
-type heartbeat struct {
-	once   sync.Once
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-func (m *Middleware) startHeartbeat(ctx context.Context, scope Scope, token int64) *heartbeat {
-	ctx, cancel := context.WithCancel(ctx)
-	hb := &heartbeat{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(hb.done)
-		t := time.NewTicker(m.cfg.LeaseDuration / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			err := m.store.ExtendLease(ctx, scope, token, m.now().Add(m.cfg.LeaseDuration))
-			switch {
-			case err == nil:
-			case ctx.Err() != nil:
-				return
-			case errors.Is(err, ErrLeaseLost):
-				m.metrics.leaseLost.Inc()
-				m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemkit: lease lost while the handler runs; another attempt took the key over",
-					scopeAttrs(scope, slog.Int64("token", token))...)
-				return
-			default:
-				m.metrics.storeError("extend_lease")
-				m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemkit: could not extend the lease",
-					scopeAttrs(scope, slog.Int64("token", token), slog.Any("error", err))...)
-			}
-		}
-	}()
-	return hb
-}
-
-// stop stops the heartbeat and waits for it. It is safe to call more than
-// once.
-func (hb *heartbeat) stop() {
-	hb.once.Do(func() {
-		hb.cancel()
-		<-hb.done
-	})
 }

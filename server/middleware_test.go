@@ -98,7 +98,7 @@ func mwNewPostgresStore(t testing.TB, ctx context.Context, pool *pgxpool.Pool) S
 	st, err := NewPostgresStore(pool, nil)
 	require.NoError(t, err)
 	require.NoError(t, st.Migrate(ctx))
-	return st
+	return WithCallerClock(st)
 }
 
 const (
@@ -439,7 +439,7 @@ func TestConfig_WithDefaults(t *testing.T) {
 	c := nilCfg.WithDefaults()
 	require.Equal(t, WindowDefault, c.Window)
 	require.NotNil(t, c.Logger)
-	require.NotNil(t, c.EndpointFunc)
+	require.Nil(t, c.EndpointFunc, "keys belong to the principal unless the API names operations")
 
 	orig := &Config{Window: time.Hour, ReplayHeaders: []string{"Location"}}
 	c = orig.WithDefaults()

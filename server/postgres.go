@@ -16,6 +16,15 @@ import (
 // claim when BeginTx is given none.
 const PostgresLockTimeoutDefault = 3 * time.Second
 
+// Defaults of the timeouts a transactional-mode transaction sets on itself.
+const (
+	PostgresStatementTimeoutDefault         = 30 * time.Second
+	PostgresIdleInTransactionTimeoutDefault = 60 * time.Second
+)
+
+// pgRollbackTimeout bounds a rollback whose context was canceled.
+const pgRollbackTimeout = 5 * time.Second
+
 // PostgresConfig configures a PostgresStore. The zero value is valid.
 type PostgresConfig struct {
 	// SweepChunkSize is the largest number of rows one DELETE of Sweep
@@ -27,6 +36,22 @@ type PostgresConfig struct {
 	// concurrent, uncommitted claim of the same scope before failing with
 	// ErrInFlight. Defaults to PostgresLockTimeoutDefault (3s).
 	LockTimeout time.Duration
+	// StatementTimeout is the statement_timeout of a transactional-mode
+	// transaction (SET LOCAL, so the handler's statements have it too): a
+	// statement that runs longer is canceled by PostgreSQL. Lease-mode
+	// statements run outside a transaction and are bounded by the caller's
+	// context (Config.StoreTimeout), which makes pgx cancel them on the
+	// server; to bound them on the server side too, set statement_timeout
+	// on the pool (for example statement_timeout=5000 in the DSN). Defaults
+	// to PostgresStatementTimeoutDefault (30s).
+	StatementTimeout time.Duration
+	// IdleInTransactionTimeout is the idle_in_transaction_session_timeout of
+	// a transactional-mode transaction: PostgreSQL ends the session of a
+	// transaction left idle longer (a process that froze or lost its
+	// connection without closing it), releasing its locks so that retries
+	// of the same key are not blocked. Defaults to
+	// PostgresIdleInTransactionTimeoutDefault (60s).
+	IdleInTransactionTimeout time.Duration
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default.
@@ -38,6 +63,8 @@ func (c *PostgresConfig) WithDefaults() *PostgresConfig {
 	}
 	out.SweepChunkSize = cmp.Or(out.SweepChunkSize, SweepChunkSizeDefault)
 	out.LockTimeout = cmp.Or(out.LockTimeout, PostgresLockTimeoutDefault)
+	out.StatementTimeout = cmp.Or(out.StatementTimeout, PostgresStatementTimeoutDefault)
+	out.IdleInTransactionTimeout = cmp.Or(out.IdleInTransactionTimeout, PostgresIdleInTransactionTimeoutDefault)
 	return &out
 }
 
@@ -47,6 +74,12 @@ func (c *PostgresConfig) validate() error {
 	}
 	if c.LockTimeout < 0 {
 		return fmt.Errorf("idemkit/server: PostgresConfig.LockTimeout must not be negative, got %v", c.LockTimeout)
+	}
+	if c.StatementTimeout < 0 {
+		return fmt.Errorf("idemkit/server: PostgresConfig.StatementTimeout must not be negative, got %v", c.StatementTimeout)
+	}
+	if c.IdleInTransactionTimeout < 0 {
+		return fmt.Errorf("idemkit/server: PostgresConfig.IdleInTransactionTimeout must not be negative, got %v", c.IdleInTransactionTimeout)
 	}
 	return nil
 }
@@ -61,9 +94,34 @@ func (c *PostgresConfig) validate() error {
 type PostgresStore struct {
 	pool *pgxpool.Pool
 	cfg  *PostgresConfig
+	// clock is the database's clock in production. Tests of this package
+	// make it the caller's (see export_test.go) to move time.
+	clock pgClock
 }
 
-var _ Store = (*PostgresStore)(nil)
+// pgClock says whose clock decides leases and expiry. The zero value, the
+// only one production code has, is the database's: every statement compares
+// and computes with clock_timestamp(), and takes only durations from the
+// caller, so that replicas whose clocks disagree cannot take over each
+// other's live leases. callerClock makes statements use the times the
+// caller passes instead; only tests set it.
+type pgClock struct {
+	callerClock bool
+}
+
+// arg is the $now argument of a statement: NULL, which the statement
+// replaces with clock_timestamp(), unless the caller's clock is used.
+func (c pgClock) arg(t time.Time) any {
+	if !c.callerClock {
+		return nil
+	}
+	return pgTime(t)
+}
+
+var (
+	_ Store         = (*PostgresStore)(nil)
+	_ UsageReporter = (*PostgresStore)(nil)
+)
 
 // NewPostgresStore returns a store on pool. cfg may be nil. Call Migrate
 // before first use.
@@ -155,14 +213,19 @@ const pgRecordColumns = `principal, endpoint, key, state, fingerprint, fingerpri
 const (
 	// pgClaim inserts a claim, or overwrites the existing row when it has
 	// expired, or takes over an in-progress row whose lease ran out and
-	// whose fingerprint matches. $6 is now. No row returned means the live
-	// row blocked the claim. created_at is kept on a takeover, so a
+	// whose fingerprint matches. now is the database's clock_timestamp(),
+	// unless $6 is given (tests only, see PostgresStore.callerClock); $7 is
+	// the lease and $8 the window, in microseconds. No row returned means the
+	// live row blocked the claim. created_at is kept on a takeover, so a
 	// returned created_at before now tells a takeover from a fresh claim.
 	// A concurrent uncommitted claim of the same scope makes this wait
 	// (bounded by lock_timeout in transactional mode).
-	pgClaim = `INSERT INTO idempotency_keys AS k
+	pgClaim = `WITH c AS (SELECT coalesce($6::timestamptz, clock_timestamp()) AS now)
+INSERT INTO idempotency_keys AS k
     (principal, endpoint, key, state, fingerprint, fingerprint_version, token, locked_until, created_at, expires_at)
-VALUES ($1, $2, $3, 'in_progress', $4, $5, 1, $7, $6, $8)
+SELECT $1, $2, $3, 'in_progress', $4, $5, 1,
+    c.now + $7::bigint * interval '1 microsecond', c.now, c.now + $8::bigint * interval '1 microsecond'
+FROM c
 ON CONFLICT (principal, endpoint, key) DO UPDATE SET
     state = 'in_progress',
     fingerprint = EXCLUDED.fingerprint,
@@ -181,11 +244,11 @@ WHERE k.expires_at <= EXCLUDED.created_at
        AND k.locked_until <= EXCLUDED.created_at
        AND k.fingerprint = EXCLUDED.fingerprint
        AND k.fingerprint_version = EXCLUDED.fingerprint_version)
-RETURNING token, created_at`
+RETURNING token, created_at, (SELECT now FROM c)`
 
 	pgGet = `SELECT ` + pgRecordColumns + `
 FROM idempotency_keys
-WHERE principal = $1 AND endpoint = $2 AND key = $3 AND expires_at > $4`
+WHERE principal = $1 AND endpoint = $2 AND key = $3 AND expires_at > coalesce($4::timestamptz, clock_timestamp())`
 
 	pgComplete = `UPDATE idempotency_keys SET
     state = 'completed',
@@ -194,23 +257,31 @@ WHERE principal = $1 AND endpoint = $2 AND key = $3 AND expires_at > $4`
     response_headers = $2,
     response_body = $3,
     response_body_omitted = $4,
-    completed_at = $5
-WHERE principal = $6 AND endpoint = $7 AND key = $8 AND token = $9 AND state = 'in_progress' AND expires_at > $5`
+    completed_at = coalesce($5::timestamptz, clock_timestamp())
+WHERE principal = $6 AND endpoint = $7 AND key = $8 AND token = $9 AND state = 'in_progress'
+    AND expires_at > coalesce($5::timestamptz, clock_timestamp())`
 
 	pgRelease = `DELETE FROM idempotency_keys
 WHERE principal = $1 AND endpoint = $2 AND key = $3 AND token = $4 AND state = 'in_progress'`
 
-	pgExtendLease = `UPDATE idempotency_keys SET locked_until = $1
+	pgExtendLease = `UPDATE idempotency_keys
+SET locked_until = coalesce($1::timestamptz, clock_timestamp()) + $6::bigint * interval '1 microsecond'
 WHERE principal = $2 AND endpoint = $3 AND key = $4 AND token = $5 AND state = 'in_progress'`
 
 	// pgSweepChunk deletes one bounded chunk of expired rows, skipping rows
 	// a concurrent claim holds, in expires_at order (an index range scan).
 	pgSweepChunk = `DELETE FROM idempotency_keys WHERE (principal, endpoint, key) IN (
     SELECT principal, endpoint, key FROM idempotency_keys
-    WHERE expires_at <= $1
+    WHERE expires_at <= coalesce($1::timestamptz, clock_timestamp()) - $3::bigint * interval '1 microsecond'
     ORDER BY expires_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED)`
+
+	pgUsage = `SELECT count(*),
+    coalesce(sum(coalesce(octet_length(response_body), 0) + coalesce(octet_length(response_headers::text), 0)), 0),
+    min(expires_at)
+FROM idempotency_keys
+WHERE principal = $1 AND expires_at > coalesce($2::timestamptz, clock_timestamp())`
 
 	pgStats = `SELECT
     count(*),
@@ -225,31 +296,35 @@ func pgTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 
 // Claim implements Store.Claim. The claim is one INSERT ... ON CONFLICT DO
 // UPDATE ... WHERE statement, committed on return. ctx cancels the statement.
+//
+// The database's clock decides: req.Now only anchors req.LockedUntil and
+// req.ExpiresAt, whose distances from it are the lease and the window.
 func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
-	return pgClaimOn(ctx, s.pool, req)
+	return pgClaimOn(ctx, s.pool, s.clock, req)
 }
 
-func pgClaimOn(ctx context.Context, q pgQuerier, req ClaimRequest) (ClaimResult, error) {
+func pgClaimOn(ctx context.Context, q pgQuerier, clock pgClock, req ClaimRequest) (ClaimResult, error) {
 	if err := validateClaimRequest(req); err != nil {
 		return ClaimResult{}, err
 	}
-	now := pgTime(req.Now)
+	lease := req.LockedUntil.Sub(req.Now).Microseconds()
+	window := req.ExpiresAt.Sub(req.Now).Microseconds()
 	for range claimAttemptsMax {
 		var (
-			token     int64
-			createdAt time.Time
+			token          int64
+			createdAt, now time.Time
 		)
 		err := q.QueryRow(ctx, pgClaim,
 			req.Principal, req.Endpoint, req.Key, req.Fingerprint, req.FingerprintVersion,
-			now, pgTime(req.LockedUntil), pgTime(req.ExpiresAt),
-		).Scan(&token, &createdAt)
+			clock.arg(req.Now), lease, window,
+		).Scan(&token, &createdAt, &now)
 		if err == nil {
 			return ClaimResult{Acquired: true, Token: token, TakenOver: token > 1 && !createdAt.Equal(now)}, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return ClaimResult{}, interpretPostgresError(err)
 		}
-		rec, err := pgGetOn(ctx, q, req.Scope, req.Now)
+		rec, err := pgGetOn(ctx, q, clock, req.Scope, req.Now)
 		if errors.Is(err, ErrNotFound) {
 			continue // released between the claim and the read: claim again
 		}
@@ -267,10 +342,10 @@ func (s *PostgresStore) Get(ctx context.Context, sc Scope, now time.Time) (*Reco
 	if err := validateScope(sc); err != nil {
 		return nil, err
 	}
-	return pgGetOn(ctx, s.pool, sc, now)
+	return pgGetOn(ctx, s.pool, s.clock, sc, now)
 }
 
-func pgGetOn(ctx context.Context, q pgQuerier, sc Scope, now time.Time) (*Record, error) {
+func pgGetOn(ctx context.Context, q pgQuerier, clock pgClock, sc Scope, now time.Time) (*Record, error) {
 	var (
 		rec         Record
 		state       string
@@ -280,7 +355,7 @@ func pgGetOn(ctx context.Context, q pgQuerier, sc Scope, now time.Time) (*Record
 		body        []byte
 		omitted     bool
 	)
-	err := q.QueryRow(ctx, pgGet, sc.Principal, sc.Endpoint, sc.Key, pgTime(now)).Scan(
+	err := q.QueryRow(ctx, pgGet, sc.Principal, sc.Endpoint, sc.Key, clock.arg(now)).Scan(
 		&rec.Principal, &rec.Endpoint, &rec.Key, &state, &rec.Fingerprint, &rec.FingerprintVersion,
 		&rec.Token, &lockedUntil, &status, &headers, &body, &omitted, &rec.CreatedAt, &rec.ExpiresAt)
 	if err != nil {
@@ -312,10 +387,10 @@ func pgGetOn(ctx context.Context, q pgQuerier, sc Scope, now time.Time) (*Record
 // Complete implements Store.Complete. It returns ErrLeaseLost when the
 // claim is no longer held with token (or the record expired at now).
 func (s *PostgresStore) Complete(ctx context.Context, sc Scope, token int64, now time.Time, resp *StoredResponse) error {
-	return pgCompleteOn(ctx, s.pool, sc, token, now, resp)
+	return pgCompleteOn(ctx, s.pool, s.clock, sc, token, now, resp)
 }
 
-func pgCompleteOn(ctx context.Context, q pgQuerier, sc Scope, token int64, now time.Time, resp *StoredResponse) error {
+func pgCompleteOn(ctx context.Context, q pgQuerier, clock pgClock, sc Scope, token int64, now time.Time, resp *StoredResponse) error {
 	if err := validateScope(sc); err != nil {
 		return err
 	}
@@ -330,7 +405,7 @@ func pgCompleteOn(ctx context.Context, q pgQuerier, sc Scope, token int64, now t
 	if body == nil {
 		body = []byte{}
 	}
-	tag, err := q.Exec(ctx, pgComplete, resp.Status, headers, body, resp.BodyOmitted, pgTime(now),
+	tag, err := q.Exec(ctx, pgComplete, resp.Status, headers, body, resp.BodyOmitted, clock.arg(now),
 		sc.Principal, sc.Endpoint, sc.Key, token)
 	return pgExpectOneRow(tag, err)
 }
@@ -344,12 +419,13 @@ func (s *PostgresStore) Release(ctx context.Context, sc Scope, token int64) erro
 	return pgExpectOneRow(tag, err)
 }
 
-// ExtendLease implements Store.ExtendLease.
-func (s *PostgresStore) ExtendLease(ctx context.Context, sc Scope, token int64, lockedUntil time.Time) error {
+// ExtendLease implements Store.ExtendLease: locked_until becomes the
+// database's clock_timestamp() plus lease (now is not used).
+func (s *PostgresStore) ExtendLease(ctx context.Context, sc Scope, token int64, now time.Time, lease time.Duration) error {
 	if err := validateScope(sc); err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, pgExtendLease, pgTime(lockedUntil), sc.Principal, sc.Endpoint, sc.Key, token)
+	tag, err := s.pool.Exec(ctx, pgExtendLease, s.clock.arg(now), sc.Principal, sc.Endpoint, sc.Key, token, lease.Microseconds())
 	return pgExpectOneRow(tag, err)
 }
 
@@ -371,13 +447,21 @@ func pgExpectOneRow(tag pgconn.CommandTag, err error) error {
 // total. ctx is checked between chunks and cancels the running chunk; rows
 // deleted by earlier chunks stay deleted and are counted in the returned
 // total, which comes with ctx's error.
+//
+// The database's clock decides here too: a now in the past (the sweeper
+// passes now minus its grace) deletes only rows that expired that long
+// before clock_timestamp().
 func (s *PostgresStore) Sweep(ctx context.Context, now time.Time) (int, error) {
 	total := 0
+	grace := max(time.Since(now), 0)
+	if s.clock.callerClock {
+		grace = 0
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
-		tag, err := s.pool.Exec(ctx, pgSweepChunk, pgTime(now), s.cfg.SweepChunkSize)
+		tag, err := s.pool.Exec(ctx, pgSweepChunk, s.clock.arg(now), s.cfg.SweepChunkSize, grace.Microseconds())
 		if err != nil {
 			return total, interpretPostgresError(err)
 		}
@@ -387,6 +471,21 @@ func (s *PostgresStore) Sweep(ctx context.Context, now time.Time) (int, error) {
 			return total, nil
 		}
 	}
+}
+
+// PrincipalUsage implements UsageReporter.
+func (s *PostgresStore) PrincipalUsage(ctx context.Context, principal string, now time.Time) (PrincipalUsage, error) {
+	var (
+		u      PrincipalUsage
+		oldest *time.Time
+	)
+	if err := s.pool.QueryRow(ctx, pgUsage, principal, s.clock.arg(now)).Scan(&u.Keys, &u.StoredBytes, &oldest); err != nil {
+		return PrincipalUsage{}, interpretPostgresError(err)
+	}
+	if oldest != nil {
+		u.OldestExpiresAt = oldest.UTC()
+	}
+	return u, nil
 }
 
 // Stats returns the size of the store at now (see StoreStats). It scans the
@@ -420,43 +519,69 @@ func (s *PostgresStore) BeginTx(ctx context.Context, lockTimeout time.Duration) 
 	if lockTimeout == 0 {
 		lockTimeout = s.cfg.LockTimeout
 	}
-	// BEGIN and SET LOCAL travel as one simple-protocol message: one round
-	// trip instead of two on the hot path. The value is an integer we
-	// format, never user input.
-	ms := max(lockTimeout.Milliseconds(), 1)
+	// BEGIN and the SET LOCALs travel as one simple-protocol message: one
+	// round trip on the hot path. The values are integers we format, never
+	// user input.
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{
-		BeginQuery: fmt.Sprintf("BEGIN; SET LOCAL lock_timeout = '%dms'", ms),
+		BeginQuery: fmt.Sprintf("BEGIN; SET LOCAL lock_timeout = '%dms'; SET LOCAL statement_timeout = '%dms'; SET LOCAL idle_in_transaction_session_timeout = '%dms'",
+			max(lockTimeout.Milliseconds(), 1), max(s.cfg.StatementTimeout.Milliseconds(), 1),
+			max(s.cfg.IdleInTransactionTimeout.Milliseconds(), 1)),
 	})
 	if err != nil {
 		return nil, interpretPostgresError(err)
 	}
-	return &pgTx{tx: tx}, nil
+	return &pgTx{tx: tx, clock: s.clock}, nil
 }
 
 // pgTx is the StoreTx of PostgresStore.
 type pgTx struct {
-	tx pgx.Tx
+	tx    pgx.Tx
+	clock pgClock
 }
 
 // Claim implements StoreTx.Claim.
 func (t *pgTx) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
-	return pgClaimOn(ctx, t.tx, req)
+	return pgClaimOn(ctx, t.tx, t.clock, req)
 }
 
 // Complete implements StoreTx.Complete.
 func (t *pgTx) Complete(ctx context.Context, sc Scope, token int64, now time.Time, resp *StoredResponse) error {
-	return pgCompleteOn(ctx, t.tx, sc, token, now, resp)
+	return pgCompleteOn(ctx, t.tx, t.clock, sc, token, now, resp)
 }
 
-// Commit implements StoreTx.Commit.
+// Commit implements StoreTx.Commit. When the COMMIT was sent but no answer
+// came back (the connection broke or ctx ended while it waited), the
+// transaction may or may not have committed: the error then wraps
+// ErrOutcomeUnknown as well as ErrStoreUnavailable. Only an error
+// PostgreSQL answered means it rolled back.
 func (t *pgTx) Commit(ctx context.Context) error {
-	return interpretPostgresError(t.tx.Commit(ctx))
+	err := t.tx.Commit(ctx)
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	// pgconn.SafeToRetry is no proof here: pgx reports a connection that
+	// broke while it waited for the COMMIT's answer as "conn closed", which
+	// it marks safe to retry although the COMMIT went out.
+	if errors.As(err, &pgErr) || errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, pgx.ErrTxClosed) {
+		return interpretPostgresError(err)
+	}
+	return wrapStoreError(ErrOutcomeUnknown, "the COMMIT was sent but its answer was lost",
+		wrapStoreError(ErrStoreUnavailable, "", err))
 }
 
 // Rollback implements StoreTx.Rollback. It is a no-op after Commit or
-// Rollback. A canceled ctx does not stop the rollback.
+// Rollback. A canceled ctx does not stop the rollback, but its deadline, or
+// pgRollbackTimeout, bounds it: a rollback that cannot reach the database
+// closes the connection, which ends the transaction too.
 func (t *pgTx) Rollback(ctx context.Context) error {
-	err := t.tx.Rollback(context.WithoutCancel(ctx))
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pgRollbackTimeout)
+	defer cancel()
+	if d, ok := ctx.Deadline(); ok && ctx.Err() == nil {
+		rctx, cancel = context.WithDeadline(rctx, d)
+		defer cancel()
+	}
+	err := t.tx.Rollback(rctx)
 	if errors.Is(err, pgx.ErrTxClosed) {
 		return nil
 	}

@@ -30,6 +30,7 @@ func setupPostgres(t testing.TB) *postgresBundle {
 	pool := testpg.Pool(t)
 	store, err := server.NewPostgresStore(pool, &server.PostgresConfig{SweepChunkSize: 3})
 	require.NoError(t, err)
+	store = server.WithCallerClock(store)
 	require.NoError(t, store.Migrate(ctx))
 	return &postgresBundle{ctx: ctx, pool: pool, store: store}
 }
@@ -116,9 +117,13 @@ func TestPostgresStore_TxHandleIsPgxTx(t *testing.T) {
 	pgTx, ok := tx.Handle().(pgx.Tx)
 	require.True(t, ok, "Handle: got %T want pgx.Tx", tx.Handle())
 
-	var lockTimeout string
+	var lockTimeout, statementTimeout, idleTimeout string
 	require.NoError(t, pgTx.QueryRow(b.ctx, "SHOW lock_timeout").Scan(&lockTimeout))
 	require.Equal(t, "200ms", lockTimeout)
+	require.NoError(t, pgTx.QueryRow(b.ctx, "SHOW statement_timeout").Scan(&statementTimeout))
+	require.Equal(t, "30s", statementTimeout, "a statement of the transaction cannot hang forever")
+	require.NoError(t, pgTx.QueryRow(b.ctx, "SHOW idle_in_transaction_session_timeout").Scan(&idleTimeout))
+	require.Equal(t, "1min", idleTimeout, "a transaction left idle is ended by PostgreSQL")
 
 	now := time.Now()
 	sc := server.Scope{Principal: "p", Endpoint: "POST /payments", Key: "k"}
@@ -166,7 +171,7 @@ func TestPostgresStore_Unreachable(t *testing.T) {
 	require.ErrorIs(t, err, server.ErrStoreUnavailable)
 	require.ErrorIs(t, store.Complete(ctx, sc, 1, now, resp), server.ErrStoreUnavailable)
 	require.ErrorIs(t, store.Release(ctx, sc, 1), server.ErrStoreUnavailable)
-	require.ErrorIs(t, store.ExtendLease(ctx, sc, 1, now), server.ErrStoreUnavailable)
+	require.ErrorIs(t, store.ExtendLease(ctx, sc, 1, now, time.Second), server.ErrStoreUnavailable)
 	_, err = store.Sweep(ctx, now)
 	require.ErrorIs(t, err, server.ErrStoreUnavailable)
 	_, err = store.BeginTx(ctx, time.Second)

@@ -24,6 +24,10 @@ const (
 	ProblemStoreBusy        = "store-busy"
 	ProblemHandlerPanic     = "handler-panic"
 	ProblemCanceled         = "request-canceled"
+	ProblemOutcomeUnknown   = "outcome-unknown"
+	ProblemPrincipalInvalid = "principal-invalid"
+	ProblemEndpointInvalid  = "endpoint-invalid"
+	ProblemQuotaExceeded    = "quota-exceeded"
 )
 
 // problem is an RFC 9457 problem details object.
@@ -47,6 +51,10 @@ var problemTitles = map[string]string{
 	ProblemStoreBusy:        "Idempotency store busy",
 	ProblemHandlerPanic:     "Internal server error",
 	ProblemCanceled:         "Request canceled before it was processed",
+	ProblemOutcomeUnknown:   "Outcome unknown",
+	ProblemPrincipalInvalid: "Principal cannot scope an Idempotency-Key",
+	ProblemEndpointInvalid:  "Operation name cannot scope an Idempotency-Key",
+	ProblemQuotaExceeded:    "Idempotency quota exceeded",
 }
 
 // writeProblem answers with an application/problem+json body. retryAfter, if

@@ -4,9 +4,12 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
+	"os"
 	"sync"
 	"time"
 
@@ -41,6 +44,10 @@ type SQLiteConfig struct {
 	// timeout of 0. A longer wait fails with ErrStoreBusy. Defaults to
 	// SQLiteBusyTimeoutDefault (3s).
 	BusyTimeout time.Duration
+	// Logger receives warnings about cleanup that failed after the outcome
+	// of an operation was decided (a connection that could not be reset).
+	// Defaults to slog.Default().
+	Logger *slog.Logger
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default.
@@ -52,6 +59,7 @@ func (c *SQLiteConfig) WithDefaults() *SQLiteConfig {
 	}
 	out.SweepChunkSize = cmp.Or(out.SweepChunkSize, SweepChunkSizeDefault)
 	out.BusyTimeout = cmp.Or(out.BusyTimeout, SQLiteBusyTimeoutDefault)
+	out.Logger = cmp.Or(out.Logger, slog.Default())
 	return &out
 }
 
@@ -86,9 +94,18 @@ type SQLiteStore struct {
 
 	mu       sync.Mutex
 	txScopes map[Scope]struct{} // scopes claimed by an open StoreTx
+
+	// path and file identify the database file the store was opened on
+	// (nil file for an in-memory database): a file replaced under it is
+	// detected and the store fails closed.
+	path string
+	file os.FileInfo
 }
 
-var _ Store = (*SQLiteStore)(nil)
+var (
+	_ Store         = (*SQLiteStore)(nil)
+	_ UsageReporter = (*SQLiteStore)(nil)
+)
 
 // OpenSQLite opens the SQLite database at path with modernc.org/sqlite,
 // creating the file if needed, and configures every connection for this
@@ -133,7 +150,63 @@ func NewSQLiteStore(db *sql.DB, cfg *SQLiteConfig) (*SQLiteStore, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &SQLiteStore{db: db, cfg: cfg, txScopes: make(map[Scope]struct{})}, nil
+	s := &SQLiteStore{db: db, cfg: cfg, txScopes: make(map[Scope]struct{})}
+	if err := s.identifyFile(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// identifyFile records which file the main database is, by PRAGMA
+// database_list and os.Stat.
+func (s *SQLiteStore) identifyFile() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, "PRAGMA database_list")
+	if err != nil {
+		return fmt.Errorf("idemkit/server: NewSQLiteStore: %w", interpretSQLiteError(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			seq        int
+			name, file string
+		)
+		if err := rows.Scan(&seq, &name, &file); err != nil {
+			return fmt.Errorf("idemkit/server: NewSQLiteStore: %w", interpretSQLiteError(err))
+		}
+		if name != "main" || file == "" {
+			continue
+		}
+		fi, err := os.Stat(file)
+		if err != nil {
+			return fmt.Errorf("idemkit/server: NewSQLiteStore: %w", err)
+		}
+		s.path, s.file = file, fi
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("idemkit/server: NewSQLiteStore: %w", interpretSQLiteError(err))
+	}
+	return nil
+}
+
+// checkFile fails closed when the database file the store was opened on is
+// no longer the file at its path (replaced, restored from a backup, or
+// deleted): the pool's connections keep writing the old, unlinked file,
+// which no new connection or process would ever read again.
+func (s *SQLiteStore) checkFile() error {
+	if s.file == nil {
+		return nil
+	}
+	fi, err := os.Stat(s.path)
+	if err == nil && os.SameFile(fi, s.file) {
+		return nil
+	}
+	cause := fmt.Errorf("%w: %s is no longer the file the store opened", ErrStoreReplaced, s.path)
+	if err != nil {
+		cause = fmt.Errorf("%w: %w", cause, err)
+	}
+	return wrapStoreError(ErrStoreUnavailable, "", cause)
 }
 
 // DB returns the database the store uses.
@@ -283,6 +356,12 @@ WHERE principal = ? AND endpoint = ? AND key = ? AND token = ? AND state = 'in_p
 	sqliteSweepChunk = `DELETE FROM idempotency_keys WHERE rowid IN (
     SELECT rowid FROM idempotency_keys WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)`
 
+	sqliteUsage = `SELECT count(*),
+    coalesce(sum(coalesce(length(response_body), 0) + coalesce(length(CAST(response_headers AS BLOB)), 0)), 0),
+    min(expires_at)
+FROM idempotency_keys
+WHERE principal = ? AND expires_at > ?`
+
 	sqliteStats = `SELECT
     count(*),
     coalesce(sum(CASE WHEN expires_at <= ?1 THEN 1 ELSE 0 END), 0),
@@ -293,8 +372,64 @@ FROM idempotency_keys`
 
 // Claim implements Store.Claim. The claim is one INSERT ... ON CONFLICT DO
 // UPDATE ... WHERE statement, committed on return. ctx cancels the statement.
-func (s *SQLiteStore) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
-	return sqliteClaimOn(ctx, s.db, req)
+//
+// The claim first takes SQLite's write lock (BEGIN IMMEDIATE), waiting up
+// to the connection's busy_timeout; the lease and the window start when the
+// lock is held, not when the claim began to wait: after a wait of
+// sqliteClaimShiftMin (100 ms) or more, req's times are moved by the wait,
+// so that a short lease cannot lapse while the claim queues behind another
+// writer.
+func (s *SQLiteStore) Claim(ctx context.Context, req ClaimRequest) (res ClaimResult, err error) {
+	if err := s.checkFile(); err != nil {
+		return ClaimResult{}, err
+	}
+	if err := validateClaimRequest(req); err != nil {
+		return ClaimResult{}, err
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return ClaimResult{}, interpretSQLiteError(err)
+	}
+	defer func() { err = errors.Join(err, s.closeConn(conn)) }()
+	start := time.Now()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return ClaimResult{}, interpretSQLiteError(err)
+	}
+	if waited := time.Since(start); waited >= sqliteClaimShiftMin {
+		req.Now, req.LockedUntil, req.ExpiresAt = req.Now.Add(waited), req.LockedUntil.Add(waited), req.ExpiresAt.Add(waited)
+	}
+	res, err = sqliteClaimOn(ctx, conn, req)
+	if err != nil {
+		if _, rbErr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
+			err = errors.Join(err, fmt.Errorf("idemkit/server: roll back a failed claim: %w", interpretSQLiteError(rbErr)))
+			s.discardConn(conn)
+		}
+		return ClaimResult{}, err
+	}
+	if _, err := conn.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
+		s.discardConn(conn)
+		return ClaimResult{}, interpretSQLiteError(err)
+	}
+	return res, nil
+}
+
+// sqliteClaimShiftMin is the shortest wait for the write lock that moves a
+// claim's times: shorter waits are noise next to any lease, and leaving the
+// times as given keeps them exactly the caller's.
+const sqliteClaimShiftMin = 100 * time.Millisecond
+
+// closeConn returns conn to the pool, reporting a failure.
+func (s *SQLiteStore) closeConn(conn *sql.Conn) error {
+	if err := conn.Close(); err != nil && !errors.Is(err, sql.ErrConnDone) {
+		return fmt.Errorf("idemkit/server: return a connection to the pool: %w", err)
+	}
+	return nil
+}
+
+// discardConn makes the pool close conn instead of reusing it: its state
+// (an open transaction, a changed busy_timeout) is unknown.
+func (s *SQLiteStore) discardConn(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 }
 
 func sqliteClaimOn(ctx context.Context, q sqliteQuerier, req ClaimRequest) (ClaimResult, error) {
@@ -336,6 +471,9 @@ func sqliteClaimOn(ctx context.Context, q sqliteQuerier, req ClaimRequest) (Clai
 // s or the record has expired at now.
 func (s *SQLiteStore) Get(ctx context.Context, sc Scope, now time.Time) (*Record, error) {
 	if err := validateScope(sc); err != nil {
+		return nil, err
+	}
+	if err := s.checkFile(); err != nil {
 		return nil, err
 	}
 	return sqliteGetOn(ctx, s.db, sc, now)
@@ -387,6 +525,9 @@ func sqliteGetOn(ctx context.Context, q sqliteQuerier, sc Scope, now time.Time) 
 // Complete implements Store.Complete. It returns ErrLeaseLost when the
 // claim is no longer held with token (or the record expired at now).
 func (s *SQLiteStore) Complete(ctx context.Context, sc Scope, token int64, now time.Time, resp *StoredResponse) error {
+	if err := s.checkFile(); err != nil {
+		return err
+	}
 	return sqliteCompleteOn(ctx, s.db, sc, token, now, resp)
 }
 
@@ -420,16 +561,23 @@ func (s *SQLiteStore) Release(ctx context.Context, sc Scope, token int64) error 
 	if err := validateScope(sc); err != nil {
 		return err
 	}
+	if err := s.checkFile(); err != nil {
+		return err
+	}
 	res, err := s.db.ExecContext(ctx, sqliteRelease, sc.Principal, sc.Endpoint, sc.Key, token)
 	return sqliteExpectOneRow(res, err)
 }
 
-// ExtendLease implements Store.ExtendLease.
-func (s *SQLiteStore) ExtendLease(ctx context.Context, sc Scope, token int64, lockedUntil time.Time) error {
+// ExtendLease implements Store.ExtendLease: locked_until becomes now plus
+// lease.
+func (s *SQLiteStore) ExtendLease(ctx context.Context, sc Scope, token int64, now time.Time, lease time.Duration) error {
 	if err := validateScope(sc); err != nil {
 		return err
 	}
-	res, err := s.db.ExecContext(ctx, sqliteExtendLease, sqliteTime(lockedUntil), sc.Principal, sc.Endpoint, sc.Key, token)
+	if err := s.checkFile(); err != nil {
+		return err
+	}
+	res, err := s.db.ExecContext(ctx, sqliteExtendLease, sqliteTime(now.Add(lease)), sc.Principal, sc.Endpoint, sc.Key, token)
 	return sqliteExpectOneRow(res, err)
 }
 
@@ -455,6 +603,9 @@ func sqliteExpectOneRow(res sql.Result, err error) error {
 // the running chunk; rows deleted by earlier chunks stay deleted and are
 // counted in the returned total, which comes with ctx's error.
 func (s *SQLiteStore) Sweep(ctx context.Context, now time.Time) (int, error) {
+	if err := s.checkFile(); err != nil {
+		return 0, err
+	}
 	total := 0
 	nowText := sqliteTime(now)
 	for {
@@ -474,6 +625,28 @@ func (s *SQLiteStore) Sweep(ctx context.Context, now time.Time) (int, error) {
 			return total, nil
 		}
 	}
+}
+
+// PrincipalUsage implements UsageReporter.
+func (s *SQLiteStore) PrincipalUsage(ctx context.Context, principal string, now time.Time) (PrincipalUsage, error) {
+	var (
+		u      PrincipalUsage
+		oldest sql.NullString
+	)
+	if err := s.checkFile(); err != nil {
+		return PrincipalUsage{}, err
+	}
+	if err := s.db.QueryRowContext(ctx, sqliteUsage, principal, sqliteTime(now)).Scan(&u.Keys, &u.StoredBytes, &oldest); err != nil {
+		return PrincipalUsage{}, interpretSQLiteError(err)
+	}
+	if oldest.Valid {
+		t, err := parseSQLiteTime(oldest.String)
+		if err != nil {
+			return PrincipalUsage{}, err
+		}
+		u.OldestExpiresAt = t
+	}
+	return u, nil
 }
 
 // Stats returns the size of the store at now (see StoreStats).
@@ -508,26 +681,31 @@ func (s *SQLiteStore) BeginTx(ctx context.Context, lockTimeout time.Duration) (S
 	if lockTimeout == 0 {
 		lockTimeout = s.cfg.BusyTimeout
 	}
+	if err := s.checkFile(); err != nil {
+		return nil, err
+	}
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return nil, interpretSQLiteError(err)
 	}
 	var prevBusy int64
 	if err := conn.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&prevBusy); err != nil {
-		_ = conn.Close()
-		return nil, interpretSQLiteError(err)
+		return nil, errors.Join(interpretSQLiteError(err), s.closeConn(conn))
 	}
 	if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", max(lockTimeout.Milliseconds(), 1))); err != nil {
-		_ = conn.Close()
-		return nil, interpretSQLiteError(err)
+		s.discardConn(conn) // the busy_timeout may or may not have changed
+		return nil, errors.Join(interpretSQLiteError(err), s.closeConn(conn))
 	}
 	// The transaction must outlive a canceled request context: the caller
 	// decides how it ends.
 	tx, err := conn.BeginTx(context.WithoutCancel(ctx), nil)
 	if err != nil {
-		_, _ = conn.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf("PRAGMA busy_timeout = %d", prevBusy))
-		_ = conn.Close()
-		return nil, interpretSQLiteError(err)
+		err = interpretSQLiteError(err)
+		if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf("PRAGMA busy_timeout = %d", prevBusy)); rerr != nil {
+			s.discardConn(conn)
+			err = errors.Join(err, fmt.Errorf("idemkit/server: restore busy_timeout: %w", interpretSQLiteError(rerr)))
+		}
+		return nil, errors.Join(err, s.closeConn(conn))
 	}
 	return &sqliteTx{store: s, conn: conn, tx: tx, prevBusy: prevBusy}, nil
 }
@@ -572,8 +750,12 @@ func (t *sqliteTx) Complete(ctx context.Context, sc Scope, token int64, now time
 	return sqliteCompleteOn(ctx, t.tx, sc, token, now, resp)
 }
 
-// Commit implements StoreTx.Commit.
+// Commit implements StoreTx.Commit. It rolls back instead, failing closed,
+// if the database file was replaced under the store.
 func (t *sqliteTx) Commit(ctx context.Context) error {
+	if err := t.store.checkFile(); err != nil {
+		return errors.Join(err, t.end(ctx, t.tx.Rollback))
+	}
 	return t.end(ctx, t.tx.Commit)
 }
 
@@ -595,8 +777,18 @@ func (t *sqliteTx) end(ctx context.Context, finish func() error) error {
 	// proceed.
 	t.store.dropTxScopes(t.scopes)
 	t.scopes = nil
-	_, _ = t.conn.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf("PRAGMA busy_timeout = %d", t.prevBusy))
-	_ = t.conn.Close()
+	// The transaction's outcome is err alone: a failure to tidy up the
+	// connection afterwards must not turn a commit into an error, so it is
+	// logged, and a connection whose busy_timeout could not be restored is
+	// discarded rather than returned to the pool.
+	if _, rerr := t.conn.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf("PRAGMA busy_timeout = %d", t.prevBusy)); rerr != nil {
+		t.store.discardConn(t.conn)
+		t.store.cfg.Logger.WarnContext(ctx, "idemkit: could not restore busy_timeout after a transaction; the connection is discarded",
+			"error", interpretSQLiteError(rerr))
+	}
+	if cerr := t.store.closeConn(t.conn); cerr != nil {
+		t.store.cfg.Logger.WarnContext(ctx, "idemkit: could not return a transaction's connection to the pool", "error", cerr)
+	}
 	if errors.Is(err, sql.ErrTxDone) {
 		return nil
 	}

@@ -23,8 +23,9 @@ const (
 )
 
 // Scope identifies one record: who sent the key, to which operation, and the
-// key itself. Principal is mandatory. Endpoint is "METHOD pattern" by default,
-// or EndpointAny when keys are principal-wide.
+// key itself. Principal is mandatory. Endpoint is EndpointAny by default (a
+// key belongs to the principal), or the operation name a route gives with
+// Operation or Config.EndpointFunc.
 type Scope struct {
 	Principal string
 	Endpoint  string
@@ -50,8 +51,8 @@ func (s Scope) DownstreamKey() string {
 	return "idk_" + base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:24])
 }
 
-// EndpointAny is the Endpoint of every Scope when keys are principal-wide
-// (Config.PrincipalWideKeys).
+// EndpointAny is the Endpoint of a Scope whose route names no operation:
+// the key belongs to the principal, whatever route it is sent to.
 const EndpointAny = "*"
 
 // StoredResponse is what a replay sends: the status, the allowlisted headers
@@ -88,8 +89,12 @@ type ClaimRequest struct {
 	Scope
 	Fingerprint        []byte
 	FingerprintVersion int
-	// Now is the time of the claim. Stores compare it, never their own clock,
-	// with expires_at and locked_until, so tests can inject time.
+	// Now is the time of the claim. SQLiteStore, a single-host store whose
+	// processes all read one clock, compares it with expires_at and
+	// locked_until. PostgresStore, shared by replicas whose clocks may
+	// disagree, uses the database's clock_timestamp() instead and takes
+	// from Now only the distances to LockedUntil (the lease) and ExpiresAt
+	// (the window).
 	Now time.Time
 	// ExpiresAt is Now plus the retention window.
 	ExpiresAt time.Time
@@ -118,8 +123,11 @@ type ClaimResult struct {
 // implement it; the conformance suite in package storetest checks any other
 // implementation against the same contract.
 //
-// Every method takes the time explicitly; a record whose ExpiresAt is not
-// after now is treated as absent by every method.
+// Every method takes the caller's time explicitly; a record whose ExpiresAt
+// is not after now is treated as absent by every method. A store shared by
+// several hosts should decide by one clock, its own, rather than the
+// callers' (PostgresStore does): the caller's now then only anchors
+// durations.
 type Store interface {
 	// Claim claims req.Scope in one atomic statement (insert, or overwrite an
 	// expired row, or take over a lapsed lease with a matching fingerprint)
@@ -131,9 +139,10 @@ type Store interface {
 	// Release deletes an in-progress claim held with token, so a retry runs
 	// the handler again. It returns ErrLeaseLost if the token is not current.
 	Release(ctx context.Context, s Scope, token int64) error
-	// ExtendLease moves locked_until of an in-progress claim held with token.
+	// ExtendLease sets locked_until of an in-progress claim held with token
+	// to now plus lease (PostgresStore: the database's clock plus lease).
 	// It returns ErrLeaseLost if the token is not current.
-	ExtendLease(ctx context.Context, s Scope, token int64, lockedUntil time.Time) error
+	ExtendLease(ctx context.Context, s Scope, token int64, now time.Time, lease time.Duration) error
 	// Get returns the live record for s, or ErrNotFound.
 	Get(ctx context.Context, s Scope, now time.Time) (*Record, error)
 	// BeginTx starts a transaction for transactional mode. A wait longer than

@@ -12,11 +12,21 @@ import (
 // SweeperIntervalDefault is the default time between two sweeps.
 const SweeperIntervalDefault = time.Minute
 
+// SweeperGraceDefault is the default SweeperConfig.Grace.
+const SweeperGraceDefault = time.Minute
+
 // SweeperConfig configures a Sweeper. The zero value is valid.
 type SweeperConfig struct {
 	// Interval is the time between two sweeps. Defaults to
 	// SweeperIntervalDefault (1m).
 	Interval time.Duration
+	// Grace is how long after its expiry a record is kept: a sweep deletes
+	// only records that expired at least Grace ago. A request that read the
+	// clock just before its key expired (a replay of a live record) must
+	// not find the record deleted under it by the time its claim runs, or
+	// the claim would insert a fresh record and run the handler again.
+	// Defaults to SweeperGraceDefault (1m).
+	Grace time.Duration
 	// Logger receives a debug line per sweep that deleted rows and a warning
 	// per failed sweep. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -30,6 +40,7 @@ func (c *SweeperConfig) WithDefaults() *SweeperConfig {
 		out = *c
 	}
 	out.Interval = cmp.Or(out.Interval, SweeperIntervalDefault)
+	out.Grace = cmp.Or(out.Grace, SweeperGraceDefault)
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}
@@ -61,6 +72,9 @@ func startSweeper(store Store, cfg *SweeperConfig, now func() time.Time) *Sweepe
 	if cfg.Interval < 0 {
 		cfg.Interval = SweeperIntervalDefault
 	}
+	if cfg.Grace < 0 {
+		cfg.Grace = SweeperGraceDefault
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Sweeper{store: store, cfg: cfg, timeNowFunc: now, cancel: cancel, done: make(chan struct{})}
 	go s.run(ctx)
@@ -82,7 +96,7 @@ func (s *Sweeper) run(ctx context.Context) {
 }
 
 func (s *Sweeper) sweepOnce(ctx context.Context) {
-	n, err := s.store.Sweep(ctx, s.timeNowFunc())
+	n, err := s.store.Sweep(ctx, s.timeNowFunc().Add(-s.cfg.Grace))
 	switch {
 	case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		// Closed mid-sweep: not a failure.

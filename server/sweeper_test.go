@@ -77,6 +77,11 @@ func TestSweeper_DeletesExpiredRecords(t *testing.T) {
 	_, err := store.Claim(ctx, ClaimRequest{Scope: live, Fingerprint: []byte{1}, FingerprintVersion: 1,
 		Now: t0, ExpiresAt: t0.Add(time.Hour), LockedUntil: t0.Add(time.Second)})
 	require.NoError(t, err)
+	// Expired 30 s before the sweep: inside the grace, so it stays.
+	justExpired := Scope{Principal: "p", Endpoint: "e", Key: "just-expired"}
+	_, err = store.Claim(ctx, ClaimRequest{Scope: justExpired, Fingerprint: []byte{1}, FingerprintVersion: 1,
+		Now: t0, ExpiresAt: t0.Add(90 * time.Second), LockedUntil: t0.Add(time.Second)})
+	require.NoError(t, err)
 
 	// The injected clock is two minutes after the claims.
 	now := t0.Add(2 * time.Minute)
@@ -86,7 +91,7 @@ func TestSweeper_DeletesExpiredRecords(t *testing.T) {
 
 	swEventually(t, "the sweeper to delete the expired rows", func() bool {
 		st, err := store.Stats(ctx, now)
-		return err == nil && st.Rows == 1
+		return err == nil && st.Rows == 2
 	})
 	_, err = store.Get(ctx, live, now)
 	require.NoError(t, err, "the live record survives")
@@ -100,7 +105,7 @@ func TestSweeper_DeletesExpiredRecords(t *testing.T) {
 	}
 	rows, err := store.Stats(ctx, now)
 	require.NoError(t, err)
-	require.Equal(t, int64(1), rows.Rows)
+	require.Equal(t, int64(2), rows.Rows, "the live record and the one inside the grace")
 }
 
 func TestSweeper_LogsFailures(t *testing.T) {

@@ -281,6 +281,19 @@ func TestPayments_InvalidBody(t *testing.T) {
 	})
 }
 
+// A validation failure stores nothing: the corrected request with the same
+// key is processed, instead of a 422 for the changed body.
+func TestPayments_InvalidBodyIsNotStored(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, cfg *Config) {
+		b := setup(t, cfg, nil)
+		requireProblem(t, b.pay(t, "alice", "fix-1", `{"amount": 0, "currency": "USD"}`), http.StatusBadRequest, problemInvalidPayment)
+		resp := b.pay(t, "alice", "fix-1", usd40)
+		require.Equal(t, http.StatusCreated, resp.status, "body %s", resp.body)
+		require.Len(t, b.list(t, "alice"), 1)
+	})
+}
+
 func TestPayments_Unauthenticated(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, cfg *Config) {

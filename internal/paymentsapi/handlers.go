@@ -62,6 +62,9 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
 	}
 	req, err := decodePayment(r.Body)
 	if err != nil {
+		// Nothing happened: not stored, so a corrected retry with the same
+		// key is processed.
+		server.MarkNotStored(r.Context())
 		writeProblem(w, http.StatusBadRequest, problemInvalidPayment, "Invalid payment", err.Error(), 0)
 		return
 	}

@@ -301,7 +301,7 @@ var cases = []testCase{
 		current := b.claim(t, claimReq(sc, fp, lapsed))
 		require.True(t, current.TakenOver)
 
-		require.ErrorIs(t, b.store.ExtendLease(b.ctx, sc, old, lapsed.Add(time.Hour)), server.ErrLeaseLost)
+		require.ErrorIs(t, b.store.ExtendLease(b.ctx, sc, old, lapsed, time.Hour), server.ErrLeaseLost)
 		require.ErrorIs(t, b.store.Complete(b.ctx, sc, old, lapsed, sampleResponse()), server.ErrLeaseLost)
 		require.ErrorIs(t, b.store.Release(b.ctx, sc, old), server.ErrLeaseLost)
 
@@ -313,7 +313,7 @@ var cases = []testCase{
 		require.NoError(t, b.store.Complete(b.ctx, sc, current.Token, lapsed, sampleResponse()))
 		// A completed record refuses every token.
 		require.ErrorIs(t, b.store.Complete(b.ctx, sc, current.Token, lapsed, sampleResponse()), server.ErrLeaseLost)
-		require.ErrorIs(t, b.store.ExtendLease(b.ctx, sc, current.Token, lapsed.Add(time.Hour)), server.ErrLeaseLost)
+		require.ErrorIs(t, b.store.ExtendLease(b.ctx, sc, current.Token, lapsed, time.Hour), server.ErrLeaseLost)
 		require.ErrorIs(t, b.store.Release(b.ctx, sc, current.Token), server.ErrLeaseLost)
 		rec, err = b.store.Get(b.ctx, sc, lapsed)
 		require.NoError(t, err)
@@ -323,14 +323,14 @@ var cases = []testCase{
 		sc := scope("unknown")
 		require.ErrorIs(t, b.store.Complete(b.ctx, sc, 1, b.t0, sampleResponse()), server.ErrLeaseLost)
 		require.ErrorIs(t, b.store.Release(b.ctx, sc, 1), server.ErrLeaseLost)
-		require.ErrorIs(t, b.store.ExtendLease(b.ctx, sc, 1, b.t0), server.ErrLeaseLost)
+		require.ErrorIs(t, b.store.ExtendLease(b.ctx, sc, 1, b.t0, Lease), server.ErrLeaseLost)
 	}},
 	{"ExtendLease", func(t *testing.T, b *testBundle) {
 		sc := scope("long")
 		fp := fingerprint("body")
 		token := b.mustAcquire(t, claimReq(sc, fp, b.t0))
 		extended := b.t0.Add(3 * Lease)
-		require.NoError(t, b.store.ExtendLease(b.ctx, sc, token, extended))
+		require.NoError(t, b.store.ExtendLease(b.ctx, sc, token, b.t0, 3*Lease))
 
 		rec, err := b.store.Get(b.ctx, sc, b.t0)
 		require.NoError(t, err)

@@ -1,0 +1,236 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// errLeaseRanOut is the cause of a lease-mode handler's cancellation when
+// the heartbeat could not reach the store before the lease ended.
+var errLeaseRanOut = fmt.Errorf("%w: the lease ran out because the store could not be reached to extend it", ErrLeaseLost)
+
+// Completion retries in lease mode: the backoff between attempts, and how
+// long, in leases, a store that answers but refuses the completion is
+// retried before the middleware gives up and lets the lease lapse.
+const (
+	completeBackoffMin    = 20 * time.Millisecond
+	completeBackoffMax    = time.Second
+	completeHorizonLeases = 2
+)
+
+// lease is a held lease-mode claim. A heartbeat extends it every
+// LeaseDuration/3. By the local monotonic clock it knows until when the
+// claim is surely held: the start of the last successful claim or extension
+// plus LeaseDuration, which is never later than the store's lease end. Once
+// the lease is lost (a takeover refused an extension, or that time passed
+// without a successful extension) it cancels the handler's context with a
+// cause wrapping ErrLeaseLost.
+type lease struct {
+	m             *Middleware
+	scope         Scope
+	token         int64
+	cancelHandler context.CancelCauseFunc
+
+	mu         sync.Mutex
+	heldUntil  time.Time
+	err        error // why the lease was lost; nil while held
+	completing bool  // the completion runs: a refused extension is no news
+
+	lost     chan struct{} // closed once err is set
+	stopOnce sync.Once
+	stopCh   chan struct{}
+	done     chan struct{}
+}
+
+// startLease starts the heartbeat of the claim of scope with token, acquired
+// by a claim call that started at claimStart.
+func (m *Middleware) startLease(ctx context.Context, scope Scope, token int64, claimStart time.Time, cancelHandler context.CancelCauseFunc) *lease {
+	l := &lease{
+		m: m, scope: scope, token: token, cancelHandler: cancelHandler,
+		heldUntil: claimStart.Add(m.cfg.LeaseDuration),
+		lost:      make(chan struct{}),
+		stopCh:    make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	go l.run(ctx)
+	return l
+}
+
+func (l *lease) run(ctx context.Context) {
+	defer close(l.done)
+	m := l.m
+	interval := m.cfg.LeaseDuration / 3
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	lapse := time.NewTimer(time.Until(l.until()))
+	defer lapse.Stop()
+	for {
+		select {
+		case <-l.stopCh:
+			return
+		case <-lapse.C:
+			if left := time.Until(l.until()); left > 0 {
+				lapse.Reset(left)
+				continue
+			}
+			l.lose(ctx, errLeaseRanOut)
+			return
+		case <-tick.C:
+		}
+		start := time.Now()
+		callCtx, cancel := context.WithTimeout(ctx, min(m.cfg.StoreTimeout, interval))
+		err := m.store.ExtendLease(callCtx, l.scope, l.token, m.now(), m.cfg.LeaseDuration)
+		cancel()
+		select {
+		case <-l.stopCh:
+			return // the outcome is settled; the extension's result is moot
+		default:
+		}
+		switch {
+		case err == nil:
+			l.mu.Lock()
+			l.heldUntil = start.Add(m.cfg.LeaseDuration)
+			l.mu.Unlock()
+		case errors.Is(err, ErrLeaseLost):
+			l.mu.Lock()
+			completing := l.completing
+			l.mu.Unlock()
+			if completing {
+				// Either the completion just stored the response (the
+				// record is no longer in progress) or the completion will
+				// see the takeover itself.
+				return
+			}
+			l.lose(ctx, fmt.Errorf("%w: another attempt took the claim over", ErrLeaseLost))
+			return
+		default:
+			m.metrics.storeError("extend_lease")
+			m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemkit: could not extend the lease; retrying until it runs out",
+				scopeAttrs(l.scope, slog.Int64("token", l.token), slog.Any("error", err))...)
+		}
+	}
+}
+
+func (l *lease) until() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.heldUntil
+}
+
+// lose records why the lease was lost and cancels the handler's context.
+func (l *lease) lose(ctx context.Context, err error) {
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		return
+	}
+	l.err = err
+	close(l.lost)
+	l.mu.Unlock()
+	l.m.metrics.leaseLost.Inc()
+	l.m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemkit: lease lost while the handler runs; its context is canceled",
+		scopeAttrs(l.scope, slog.Int64("token", l.token), slog.Any("error", err))...)
+	l.cancelHandler(err)
+}
+
+// lostErr returns why the lease was lost, or nil while it is held.
+func (l *lease) lostErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// stop stops the heartbeat and waits for it. It is safe to call more than
+// once.
+func (l *lease) stop() {
+	l.stopOnce.Do(func() {
+		close(l.stopCh)
+		<-l.done
+	})
+}
+
+// complete stores resp for the claim and stops the heartbeat. A failure is
+// logged and returned, but the caller still sends the response: the
+// handler's effect happened.
+//
+// A completion that cannot be written must not let a retry run the handler
+// again, so while the lease is held the heartbeat keeps it alive and the
+// completion is retried with backoff. A body the store has no room for
+// (ErrStoreFull, or any error that is not a transient store failure) is
+// dropped and the outcome stored without it, as for a body over
+// Config.MaxResponseBytes. Only when the lease is lost (the store could not
+// be reached to extend it, or another attempt took it over), or the store
+// keeps refusing for completeHorizonLeases leases, does it give up; the
+// next attempt then learns that this one's outcome is unknown (see
+// Attempt.PreviousOutcomeUnknown).
+func (l *lease) complete(ctx context.Context, r *http.Request, resp *StoredResponse) error {
+	m := l.m
+	l.mu.Lock()
+	l.completing = true
+	l.mu.Unlock()
+	defer l.stop()
+	giveUp := time.Now().Add(completeHorizonLeases * m.cfg.LeaseDuration)
+	wait := completeBackoffMin
+	for {
+		callCtx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+		err := m.store.Complete(callCtx, l.scope, l.token, m.now(), resp)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, ErrLeaseLost):
+			m.metrics.leaseLost.Inc()
+			m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn,
+				"idemkit: lease lost before completion; the response is sent but not stored (another attempt took the claim over)",
+				scopeAttrs(l.scope, slog.Int64("token", l.token))...)
+			return err
+		case !resp.BodyOmitted && errors.Is(err, ErrStoreFull):
+			m.metrics.storeError("complete")
+			m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn,
+				"idemkit: the store cannot take the response body; storing the outcome without it (a replay sends Idempotent-Response-Omitted)",
+				scopeAttrs(l.scope, slog.Int64("token", l.token), slog.Int("body_bytes", len(resp.Body)), slog.Any("error", err))...)
+			resp = withoutBody(resp)
+			continue
+		}
+		m.metrics.storeError("complete")
+		if time.Now().After(giveUp) {
+			m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError,
+				"idemkit: the store kept refusing the completion; giving up, the lease will lapse and the next attempt's outcome check must reconcile",
+				scopeAttrs(l.scope, slog.Int64("token", l.token), slog.Any("error", err))...)
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-l.lost:
+			t.Stop()
+			lost := l.lostErr()
+			m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError,
+				"idemkit: lease lost before the response could be stored; it is sent, and the next attempt is told the outcome is unknown",
+				scopeAttrs(l.scope, slog.Int64("token", l.token), slog.Any("error", err), slog.Any("lease", lost))...)
+			return errors.Join(err, lost)
+		}
+		wait = min(2*wait, completeBackoffMax)
+	}
+}
+
+// withoutBody returns a copy of resp without its body, marked omitted.
+func withoutBody(resp *StoredResponse) *StoredResponse {
+	c := *resp
+	c.Body, c.BodyOmitted = nil, true
+	return &c
+}
+
+// attemptOf is the Attempt of an acquired claim.
+func attemptOf(res ClaimResult) Attempt {
+	a := Attempt{Token: res.Token}
+	if res.TakenOver {
+		a.PreviousOutcomeUnknown, a.PreviousToken = true, res.Token-1
+	}
+	return a
+}

@@ -1,0 +1,195 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/server"
+)
+
+// routerRig is one SQLite store shared by several deployments of an API:
+// a deploy that renames route parameters or moves the middleware must keep
+// replaying keys still inside their window.
+type routerRig struct {
+	store *server.SQLiteStore
+	runs  atomic.Int64
+}
+
+func newRouterRig(t *testing.T) *routerRig {
+	t.Helper()
+	ctx := context.Background()
+	db, err := server.OpenSQLite(ctx, filepath.Join(t.TempDir(), "idem.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	st, err := server.NewSQLiteStore(db, nil)
+	require.NoError(t, err)
+	require.NoError(t, st.Migrate(ctx))
+	return &routerRig{store: st}
+}
+
+func (rr *routerRig) middleware(t *testing.T) *server.Middleware {
+	t.Helper()
+	mw, err := server.New(rr.store, &server.Config{PrincipalFunc: func(r *http.Request) (string, error) {
+		return r.Header.Get("X-Principal"), nil
+	}})
+	require.NoError(t, err)
+	return mw
+}
+
+// charge is the protected operation: one run is one charge.
+func (rr *routerRig) charge(w http.ResponseWriter, r *http.Request) {
+	n := rr.runs.Add(1)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_, _ = io.WriteString(w, `{"charge":`+string(rune('0'+n))+`}`)
+}
+
+type routerRes struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func send(t *testing.T, h http.Handler, path, key string) routerRes {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(`{"amount":100}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Principal", "acct_1")
+	req.Header.Set(server.HeaderKey, key)
+	ctx, cancel := context.WithTimeout(req.Context(), 10*time.Second)
+	defer cancel()
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req.WithContext(ctx))
+	return routerRes{status: w.Code, header: w.Header(), body: w.Body.String()}
+}
+
+// chi: renaming {id} to {orderID} and moving the middleware from r.Use to
+// r.With between two deploys replays the key; the same key on another
+// operation is a 422; an unmatched route is neither claimed nor stored.
+func TestRouters_ChiRenamedRouteReplays(t *testing.T) {
+	t.Parallel()
+	rr := newRouterRig(t)
+
+	before := chi.NewRouter()
+	before.Use(rr.middleware(t).Wrap)
+	before.Post("/v1/orders/{id}/pay", rr.charge)
+	before.Post("/v1/orders/{id}/refund", rr.charge)
+
+	after := chi.NewRouter()
+	mw := rr.middleware(t)
+	after.With(mw.Wrap).Post("/v1/orders/{orderID}/pay", rr.charge)
+	after.With(mw.Wrap).Post("/v1/orders/{orderID}/refund", rr.charge)
+
+	first := send(t, before, "/v1/orders/42/pay", "k-pay")
+	require.Equal(t, http.StatusCreated, first.status)
+	again := send(t, after, "/v1/orders/42/pay", "k-pay")
+	require.Equal(t, http.StatusCreated, again.status)
+	require.Equal(t, "true", again.header.Get(server.HeaderReplayed), "a renamed route replays")
+	require.Equal(t, first.body, again.body)
+
+	other := send(t, after, "/v1/orders/42/refund", "k-pay")
+	require.Equal(t, http.StatusUnprocessableEntity, other.status, "another operation with the same key: %s", other.body)
+	require.EqualValues(t, 1, rr.runs.Load(), "one charge")
+
+	// An unmatched route under r.Use: the router's 404 is not stored, so
+	// the key is still free for the real operation.
+	miss := send(t, before, "/v1/orderz/42/pay", "k-miss")
+	require.Equal(t, http.StatusNotFound, miss.status)
+	hit := send(t, before, "/v1/orders/42/pay", "k-miss")
+	require.Equal(t, http.StatusCreated, hit.status, "body %s", hit.body)
+	require.Empty(t, hit.header.Get(server.HeaderReplayed))
+	require.EqualValues(t, 2, rr.runs.Load())
+}
+
+// chi with explicit operation names: keys are scoped per operation, and
+// the names survive a rename of the route.
+func TestRouters_ChiOperationNames(t *testing.T) {
+	t.Parallel()
+	rr := newRouterRig(t)
+	mw := rr.middleware(t)
+	// The name must be known before the middleware claims: it goes
+	// outside mw.Wrap (r.With), or around the handler mw.Wrap wraps.
+	before := chi.NewRouter()
+	before.With(server.OperationMiddleware("orders.pay"), mw.Wrap).Post("/v1/orders/{id}/pay", rr.charge)
+	before.With(server.OperationMiddleware("orders.refund"), mw.Wrap).Post("/v1/orders/{id}/refund", rr.charge)
+	after := chi.NewRouter()
+	after.With(mw.Wrap).Method(http.MethodPost, "/v1/orders/{orderID}/pay", server.Operation(http.HandlerFunc(rr.charge), "orders.pay"))
+
+	require.Equal(t, http.StatusCreated, send(t, before, "/v1/orders/42/pay", "k").status)
+	again := send(t, after, "/v1/orders/42/pay", "k")
+	require.Equal(t, "true", again.header.Get(server.HeaderReplayed))
+	refund := send(t, before, "/v1/orders/42/refund", "k")
+	require.Equal(t, http.StatusCreated, refund.status, "another named operation is independent")
+	require.Empty(t, refund.header.Get(server.HeaderReplayed))
+	require.EqualValues(t, 2, rr.runs.Load())
+}
+
+// http.ServeMux: wrapping the mux or each handler, before and after a
+// rename of the pattern's wildcard, is one scope; 405 and 404 from the mux
+// are not stored.
+func TestRouters_ServeMuxRenamedRouteReplays(t *testing.T) {
+	t.Parallel()
+	rr := newRouterRig(t)
+	mw := rr.middleware(t)
+
+	before := http.NewServeMux()
+	before.HandleFunc("POST /v1/orders/{id}/pay", rr.charge)
+	before.HandleFunc("POST /v1/orders/{id}/refund", rr.charge)
+	wrappedMux := mw.Wrap(before)
+
+	after := http.NewServeMux()
+	after.Handle("POST /v1/orders/{orderID}/pay", mw.Wrap(http.HandlerFunc(rr.charge)))
+	after.Handle("POST /v1/orders/{orderID}/refund", mw.Wrap(http.HandlerFunc(rr.charge)))
+
+	require.Equal(t, http.StatusCreated, send(t, wrappedMux, "/v1/orders/7/pay", "k").status)
+	again := send(t, after, "/v1/orders/7/pay", "k")
+	require.Equal(t, "true", again.header.Get(server.HeaderReplayed))
+	require.Equal(t, http.StatusUnprocessableEntity, send(t, after, "/v1/orders/7/refund", "k").status)
+
+	require.Equal(t, http.StatusNotFound, send(t, wrappedMux, "/nowhere", "k2").status)
+	miss := send(t, wrappedMux, "/v1/orders/7/pay", "")
+	require.Equal(t, http.StatusBadRequest, miss.status, "a matched route needs a key")
+	// An unmatched route is never claimed: no key needed, no record.
+	require.Equal(t, http.StatusNotFound, send(t, wrappedMux, "/nowhere", "").status)
+	stats, err := rr.store.Stats(context.Background(), time.Now())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, stats.Rows, "only the one charge is stored")
+	require.Equal(t, http.StatusCreated, send(t, wrappedMux, "/v1/orders/7/pay", "k2").status, "the 404 left the key free")
+	require.EqualValues(t, 2, rr.runs.Load())
+}
+
+// Records written under the old endpoint scope (METHOD pattern) keep
+// replaying after the upgrade while Config.LegacyEndpointFunc names it.
+func TestRouters_LegacyEndpointRecordsReplayAfterUpgrade(t *testing.T) {
+	t.Parallel()
+	rr := newRouterRig(t)
+	principal := func(r *http.Request) (string, error) { return r.Header.Get("X-Principal"), nil }
+	oldMW, err := server.New(rr.store, &server.Config{PrincipalFunc: principal, EndpointFunc: server.DefaultEndpoint})
+	require.NoError(t, err)
+	newMW, err := server.New(rr.store, &server.Config{PrincipalFunc: principal, LegacyEndpointFunc: server.DefaultEndpoint})
+	require.NoError(t, err)
+	route := func(mw *server.Middleware) http.Handler {
+		mux := http.NewServeMux()
+		mux.Handle("POST /v1/orders/{id}/pay", mw.Wrap(http.HandlerFunc(rr.charge)))
+		return mux
+	}
+	first := send(t, route(oldMW), "/v1/orders/9/pay", "k-old")
+	require.Equal(t, http.StatusCreated, first.status)
+	again := send(t, route(newMW), "/v1/orders/9/pay", "k-old")
+	require.Equal(t, http.StatusCreated, again.status)
+	require.Equal(t, "true", again.header.Get(server.HeaderReplayed), "the old-scope record answers")
+	require.EqualValues(t, 1, rr.runs.Load())
+	// New keys get the new scope.
+	require.Equal(t, http.StatusCreated, send(t, route(newMW), "/v1/orders/9/pay", "k-new").status)
+	require.EqualValues(t, 2, rr.runs.Load())
+}
