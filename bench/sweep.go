@@ -27,6 +27,14 @@ func seedExpired(ctx context.Context, env *pgEnv, n int, now time.Time) error {
 	}); err != nil {
 		return fmt.Errorf("claim the template expired record: %w", err)
 	}
+	// The store decides times by the database's clock (the claim above keeps
+	// only its window and lease as durations), so the template is made
+	// expired by that clock here.
+	if _, err := env.pool.Exec(ctx, `UPDATE idempotency_keys
+SET created_at = now() - interval '48 hours', expires_at = now() - interval '24 hours', locked_until = now() - interval '47 hours'
+WHERE principal = $1 AND key = $2`, sc.Principal, sc.Key); err != nil {
+		return fmt.Errorf("expire the template record: %w", err)
+	}
 	if n > 1 {
 		// LATERAL, not (jsonb_populate_record(...)).*, which would call the
 		// function once per column (8× slower).
