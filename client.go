@@ -181,7 +181,17 @@ type Config struct {
 	// ConcurrencyDefault (4).
 	Concurrency int
 
-	// Logger receives the client's logs. Defaults to discarding them.
+	// OnEventFunc, if set, is called for every step of an intent in this
+	// process: attempt started, answered, retrying, rescheduled, ended
+	// (see [Event]). It is an observer: it runs synchronously on the
+	// worker's goroutine, so it must return quickly, and nothing it does
+	// changes what the client does next. Defaults to nil.
+	OnEventFunc func(e Event)
+
+	// Logger receives the client's logs: state changes (an intent ended)
+	// at INFO, each attempt and retry at DEBUG, problems at WARN. A
+	// *slog.Logger also satisfies go-retryablehttp's LeveledLogger, for
+	// HTTPClient.Logger. Defaults to slog.Default().
 	Logger *slog.Logger
 
 	// timeNowFunc is the clock (tests inject one). Defaults to a wall clock
@@ -234,7 +244,7 @@ func (c *Config) WithDefaults() *Config {
 		out.Profiles = m
 	}
 	if out.Logger == nil {
-		out.Logger = slog.New(slog.DiscardHandler)
+		out.Logger = slog.Default()
 	}
 	out.pollInterval = cmp.Or(out.pollInterval, pollIntervalDefault)
 	return out

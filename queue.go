@@ -165,6 +165,11 @@ func (q *queue) begin(ctx context.Context, conn *sql.Conn) error {
 	}
 }
 
+// QueueSchemaVersion is the version of the queue schema this package
+// writes: the number of its last migration (idemkit_client_migrations).
+// A queue migrated by a newer version may hold a higher one.
+const QueueSchemaVersion = 4
+
 const migrationsTable = `CREATE TABLE IF NOT EXISTS idemkit_client_migrations (
 	version    INTEGER PRIMARY KEY,
 	applied_at TEXT    NOT NULL

@@ -296,6 +296,12 @@ func (c *Client) ended(in *Intent) {
 	c.broadcast()
 	c.log.Info("idemkit: intent ended", "intent", in.ID, "key", in.Key, "state", in.State,
 		"attempts", in.Attempts, "error", in.LastError)
+	e := Event{Kind: EventEnded, IntentID: in.ID, Key: in.Key, URL: redact(in.URL), Attempt: in.Attempts,
+		State: in.State, Reason: in.LastError}
+	if in.Outcome != nil {
+		e.Status, e.Replayed = in.Outcome.Status, in.Outcome.Replayed
+	}
+	c.emit(e)
 }
 
 // drive sends a claimed intent, retrying in-process while waits are short,
@@ -343,7 +349,7 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 	if err := d.sendHook(rreq.Request); err != nil {
 		return c.afterHookFailure(wctx, d, err)
 	}
-	c.log.Debug("idemkit: attempt", "intent", in.ID, "key", in.Key, "attempt", d.n, "url", redact(in.URL))
+	d.started()
 
 	engine := c.engine(d)
 	resp, doErr := engine.Do(rreq)
@@ -384,8 +390,10 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 		err := c.q.finish(wctx, in.ID, d.token, now, StateFailed, nil, msg, d.attempt)
 		return c.after(wctx, in, err)
 	case stopReschedule:
-		c.log.Debug("idemkit: rescheduled", "intent", in.ID, "next", d.next)
 		err := c.q.reschedule(wctx, in.ID, d.token, now, d.next, d.horizon, d.attempt, d.lastErr, false)
+		if err == nil {
+			d.rescheduled(d.next, d.lastErr)
+		}
 		return c.after(wctx, in, err)
 	case stopExpire:
 		msg := "horizon " + formatTime(d.horizon) + " reached without a definitive answer"
@@ -407,7 +415,9 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 		if a.errText == "" {
 			a.errText = "canceled: " + ctx.Err().Error()
 		}
-		_ = c.q.reschedule(wctx, in.ID, d.token, now, now, d.horizon, a, a.errText, false)
+		// The stored last error stays that of the last real attempt: a
+		// stop is not what went wrong with the intent.
+		_ = c.q.reschedule(wctx, in.ID, d.token, now, now, d.horizon, a, d.keptError(), false)
 		return nil, ctx.Err()
 	}
 	// The engine stopped for a reason of its own (it could not rewind the
@@ -423,11 +433,14 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 		a = nil
 	}
 	if ctx.Err() != nil {
-		_ = c.q.reschedule(wctx, in.ID, d.token, now, now, d.horizon, a, msg, false)
+		_ = c.q.reschedule(wctx, in.ID, d.token, now, now, d.horizon, a, d.keptError(), false)
 		return nil, ctx.Err()
 	}
 	next := now.Add(c.cfg.Backoff(BackoffBaseDefault, BackoffCapDefault, d.retries, nil))
 	err = c.q.reschedule(wctx, in.ID, d.token, now, next, d.horizon, a, msg, false)
+	if err == nil {
+		d.rescheduled(next, msg)
+	}
 	return c.after(wctx, in, err)
 }
 
@@ -457,7 +470,19 @@ func (c *Client) afterHookFailure(ctx context.Context, d *drive, herr error) (*I
 		return c.after(ctx, d.in, err)
 	}
 	err := c.q.reschedule(ctx, d.in.ID, d.token, now, next, d.horizon, &attemptResult{n: d.n, errText: msg}, msg, false)
+	if err == nil {
+		d.rescheduled(next, msg)
+	}
 	return c.after(ctx, d.in, err)
+}
+
+// keptError is the last error to store when a claim stops without an
+// attempt error of its own: that of the last real attempt.
+func (d *drive) keptError() string {
+	if d.lastErr != "" {
+		return d.lastErr
+	}
+	return d.in.LastError
 }
 
 func (d *drive) sendHook(r *http.Request) error {
@@ -519,6 +544,8 @@ func (d *drive) checkRetry(ctx context.Context, resp *http.Response, err error) 
 			}
 			dec = classify(d.prof, resp.StatusCode, resp.Header, body)
 			a.replayed = dec.replayed
+			c.emit(Event{Kind: EventAnswered, IntentID: d.in.ID, Key: d.in.Key, URL: redact(d.in.URL), Attempt: d.n,
+				Status: resp.StatusCode, Replayed: dec.replayed, At: now})
 		}
 	}
 	if err != nil {
@@ -589,6 +616,8 @@ func (d *drive) checkRetry(ctx context.Context, resp *http.Response, err error) 
 	d.attempt, d.logged = nil, d.n
 	d.wait = next.Sub(now)
 	c.log.Debug("idemkit: retrying", "intent", d.in.ID, "attempt", d.n, "wait", d.wait, "reason", d.lastErr)
+	c.emit(Event{Kind: EventRetrying, IntentID: d.in.ID, Key: d.in.Key, URL: redact(d.in.URL), Attempt: d.n,
+		Reason: d.lastErr, Wait: d.wait, At: now})
 	return true, nil
 }
 
@@ -617,8 +646,20 @@ func (d *drive) prepareRetry(r *http.Request) error {
 		d.hookFail = err
 		return err
 	}
-	c.log.Debug("idemkit: attempt", "intent", d.in.ID, "key", d.in.Key, "attempt", n, "url", redact(d.in.URL))
+	d.started()
 	return nil
+}
+
+// started announces the attempt d.n.
+func (d *drive) started() {
+	d.c.log.Debug("idemkit: attempt", "intent", d.in.ID, "key", d.in.Key, "attempt", d.n, "url", redact(d.in.URL))
+	d.c.emit(Event{Kind: EventAttemptStarted, IntentID: d.in.ID, Key: d.in.Key, URL: redact(d.in.URL), Attempt: d.n})
+}
+
+// rescheduled announces a wait written to the queue.
+func (d *drive) rescheduled(next time.Time, reason string) {
+	d.c.log.Debug("idemkit: rescheduled", "intent", d.in.ID, "next", next, "reason", reason)
+	d.c.emit(Event{Kind: EventRescheduled, IntentID: d.in.ID, Key: d.in.Key, URL: redact(d.in.URL), Attempt: d.n, Next: next, Reason: reason})
 }
 
 func describe(resp *http.Response, err error) string {

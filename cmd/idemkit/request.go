@@ -136,8 +136,9 @@ func (e errTimeout) Error() string { return fmt.Sprintf("--timeout %v reached", 
 // logger and send hook, then hook (credentials), and the window.
 func (f *sendFlags) config(t *tracker, hook func(*http.Request) error) *idemkit.Config {
 	return &idemkit.Config{
-		Window: f.window,
-		Logger: t.logger(),
+		Window:      f.window,
+		Logger:      t.logger(),
+		OnEventFunc: t.onEvent,
 		SendHookFunc: func(_ string, r *http.Request) error {
 			if err := t.sendHook(r); err != nil {
 				return err
