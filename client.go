@@ -14,6 +14,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -333,6 +334,11 @@ type Client struct {
 	wg        sync.WaitGroup // the committer, Run, Do and Wait calls
 
 	wake chan struct{} // a Submit happened: Run looks at the queue
+
+	// runActive counts Run workers claiming or driving an intent;
+	// claimGen counts their claims (Drain reads both).
+	runActive atomic.Int64
+	claimGen  atomic.Uint64
 
 	nmu     sync.Mutex
 	changed chan struct{} // closed and replaced when an intent ends here

@@ -56,6 +56,10 @@ type drive struct {
 	lastErr  string
 	hookFail error
 
+	// yield: a Run worker, which persists a short wait instead of
+	// sleeping when other intents are due before it ends (fairness).
+	yield bool
+
 	// The last response, as classified by checkRetry.
 	body      []byte // read up to MaxBodySize+1 bytes
 	keyReused bool
@@ -243,9 +247,13 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		c.takeOver(ctx, "") // leases of dead processes become due now
 		now := c.now()
+		c.runActive.Add(1) // before the claim: Drain must not see a gap
 		cl, err := c.q.claim(ctx, "", now, c.cfg.LeaseDuration, c.plan(now))
 		if err != nil || cl == nil || cl.expired {
+			c.runActive.Add(-1)
 			<-sem
+		} else {
+			c.claimGen.Add(1)
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -265,7 +273,8 @@ func (c *Client) Run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if _, err := c.drive(ctx, cl); err != nil && !errors.Is(err, errLeaseLost) && ctx.Err() == nil {
+			defer c.runActive.Add(-1)
+			if _, err := c.runDrive(ctx, cl); err != nil && !errors.Is(err, errLeaseLost) && ctx.Err() == nil {
 				c.log.Warn("idemkit: drive failed", "intent", cl.in.ID, "error", err)
 			}
 		}()
@@ -308,11 +317,21 @@ func (c *Client) ended(in *Intent) {
 // and records the result. It returns the intent as stored afterwards. An
 // errLeaseLost error means another process owns the intent now.
 func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
+	return c.driveAs(ctx, cl, false)
+}
+
+// runDrive is drive for a Run worker: it gives its slot up rather than
+// sleep while other intents are due.
+func (c *Client) runDrive(ctx context.Context, cl *claimed) (*Intent, error) {
+	return c.driveAs(ctx, cl, true)
+}
+
+func (c *Client) driveAs(ctx context.Context, cl *claimed, yield bool) (*Intent, error) {
 	in := cl.in
 	// retries starts at the attempts already made, so the backoff keeps
 	// growing across reschedules and restarts.
 	d := &drive{c: c, in: in, token: cl.token, n: cl.attempt, retries: max(cl.attempt-1, 0),
-		first: in.FirstAttemptAt, horizon: in.Horizon}
+		first: in.FirstAttemptAt, horizon: in.Horizon, yield: yield}
 	d.host = hostOf(in.URL)
 	d.prof = c.cfg.profileFor(in.URL)
 	if u, err := url.Parse(in.URL); err == nil {
@@ -600,7 +619,10 @@ func (d *drive) checkRetry(ctx context.Context, resp *http.Response, err error) 
 	case !ok:
 		d.stop = stopExpire
 		return false, nil
-	case next.Sub(now) > c.cfg.MaxSleep:
+	case next.Sub(now) > c.cfg.MaxSleep, d.yield && c.othersDue(ctx, next):
+		// A long wait is written to the queue; so is a short one of a Run
+		// worker while other intents are due before it ends: they get
+		// the slot, this one goes behind them (oldest due first).
 		d.stop, d.next = stopReschedule, next
 		return false, nil
 	}
@@ -619,6 +641,13 @@ func (d *drive) checkRetry(ctx context.Context, resp *http.Response, err error) 
 	c.emit(Event{Kind: EventRetrying, IntentID: d.in.ID, Key: d.in.Key, URL: redact(d.in.URL), Attempt: d.n,
 		Reason: d.lastErr, Wait: d.wait, At: now})
 	return true, nil
+}
+
+// othersDue reports whether another intent of this instance is due by
+// next (the claimed one is not: its due time is its lease's end).
+func (c *Client) othersDue(ctx context.Context, next time.Time) bool {
+	due, err := c.q.nextDue(context.WithoutCancel(ctx))
+	return err == nil && !due.IsZero() && !due.After(next)
 }
 
 // prepareRetry runs before every retry: it refuses to start one past the
