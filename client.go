@@ -340,6 +340,8 @@ type Client struct {
 	runActive atomic.Int64
 	claimGen  atomic.Uint64
 
+	probes probes // hosts that stopped answering (probe.go)
+
 	nmu     sync.Mutex
 	changed chan struct{} // closed and replaced when an intent ends here
 

@@ -764,6 +764,34 @@ func (q *queue) counts(ctx context.Context) (map[IntentState]int, error) {
 	return out, interpretError(rows.Err())
 }
 
+// makeDue makes the given pending intents that nobody holds due at now,
+// if they were due later, and returns how many it changed.
+func (q *queue) makeDue(ctx context.Context, ids []string, now time.Time) (int, error) {
+	var n int64
+	err := q.inTx(ctx, func(ex execer) error {
+		args := []any{formatTime(now)}
+		for _, id := range ids {
+			args = append(args, id)
+		}
+		res, err := ex.ExecContext(ctx, `UPDATE idemkit_intents SET next_attempt_at = ?1
+		WHERE state = 'pending' AND lease_owner IS NULL AND next_attempt_at > ?1
+		AND id IN (?`+strings.Repeat(",?", len(ids)-1)+`)`, args...)
+		if err != nil {
+			return err
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
+	return int(n), err
+}
+
+// makeDueBy makes a pending intent that nobody holds due at t, if it was
+// due later.
+func (q *queue) makeDueBy(ctx context.Context, id string, t time.Time) error {
+	_, err := q.makeDue(ctx, []string{id}, t)
+	return err
+}
+
 // nextDue returns the earliest next_attempt_at of a pending intent, or the
 // zero time when none is pending.
 func (q *queue) nextDue(ctx context.Context) (time.Time, error) {

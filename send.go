@@ -565,6 +565,10 @@ func (d *drive) checkRetry(ctx context.Context, resp *http.Response, err error) 
 			a.replayed = dec.replayed
 			c.emit(Event{Kind: EventAnswered, IntentID: d.in.ID, Key: d.in.Key, URL: redact(d.in.URL), Attempt: d.n,
 				Status: resp.StatusCode, Replayed: dec.replayed, At: now})
+			if s := resp.StatusCode; s < 500 && s != http.StatusTooManyRequests {
+				// The host answers: those waiting for it need not.
+				c.wakeHost(context.WithoutCancel(ctx), d.host, d.in.ID, now)
+			}
 		}
 	}
 	if err != nil {
@@ -602,6 +606,13 @@ func (d *drive) checkRetry(ctx context.Context, resp *http.Response, err error) 
 	d.retries++
 	serverWait, has := retryAfter(resp, now)
 	next, ok := schedule(now, d.horizon, backoff, serverWait, has, dec.minWait, d.lead())
+	unanswered := resp == nil
+	probe := false
+	if ok && unanswered {
+		capped := d.noAnswer(now, next)
+		probe = capped.Before(next)
+		next = capped
+	}
 	if ok {
 		// The attempt budget: at most MaxAttemptsPerHour in any hour.
 		oldest, berr := c.q.nthLastAttempt(context.WithoutCancel(ctx), d.in.ID, c.cfg.MaxAttemptsPerHour)
@@ -615,14 +626,28 @@ func (d *drive) checkRetry(ctx context.Context, resp *http.Response, err error) 
 			ok = !next.After(d.horizon)
 		}
 	}
+	persist := ok && (next.Sub(now) > c.cfg.MaxSleep || (unanswered && next.Sub(now) > probeInterval) ||
+		(d.yield && c.othersDue(ctx, next)))
+	if ok && unanswered {
+		c.probes.planned(d.host, d.in.ID, now, next, persist)
+		if probe && next.After(now.Add(probeInterval)) {
+			// Its attempt budget is spent: another intent probes.
+			at := now.Add(probeInterval)
+			if other := c.probes.handoff(d.host, d.in.ID, at); other != "" {
+				_ = c.q.makeDueBy(context.WithoutCancel(ctx), other, at)
+			}
+		}
+	}
 	switch {
 	case !ok:
 		d.stop = stopExpire
 		return false, nil
-	case next.Sub(now) > c.cfg.MaxSleep, d.yield && c.othersDue(ctx, next):
+	case persist:
 		// A long wait is written to the queue; so is a short one of a Run
-		// worker while other intents are due before it ends: they get
-		// the slot, this one goes behind them (oldest due first).
+		// worker while other intents are due before it ends (they get
+		// the slot, this one goes behind them: oldest due first), and
+		// any wait but a probe's for a host that did not answer (its
+		// answer to another intent makes this one due at once).
 		d.stop, d.next = stopReschedule, next
 		return false, nil
 	}
