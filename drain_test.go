@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -111,4 +112,43 @@ func TestDrain_StopsWhenContextEnds(t *testing.T) {
 	counts, err := b.c.Drain(ctx)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Equal(t, map[IntentState]int{StatePending: 1}, counts)
+}
+
+// TestMaxAttempts_BoundsThisClientsAttempts: with Config.MaxAttempts, Do
+// returns the intent pending with ErrMaxAttempts after that many attempts;
+// Drain then returns at once (it is not claimed again here), and another
+// Client sends it again.
+func TestMaxAttempts_BoundsThisClientsAttempts(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	var fail atomic.Bool
+	fail.Store(true)
+	cfg := testConfig()
+	cfg.MaxAttempts = 3
+	b := setup(t, cfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if fail.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	ctx := testCtx(t)
+	in, err := b.c.Do(ctx, &Request{URL: b.srv.URL})
+	require.ErrorIs(t, err, ErrMaxAttempts)
+	require.Equal(t, StatePending, in.State)
+	require.Equal(t, 3, in.Attempts)
+	require.Equal(t, "status 503", in.LastError)
+	require.EqualValues(t, 3, calls.Load())
+
+	counts, err := b.c.Drain(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[IntentState]int{StatePending: 1}, counts)
+	require.EqualValues(t, 3, calls.Load(), "not claimed again by this Client")
+
+	fail.Store(false)
+	other := b.reopen(t, testConfig())
+	counts, err = other.Drain(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[IntentState]int{StateSucceeded: 1}, counts)
 }

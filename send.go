@@ -56,6 +56,8 @@ type drive struct {
 	lastErr  string
 	hookFail error
 
+	// lastTry: the current attempt is the last Config.MaxAttempts allows.
+	lastTry bool
 	// yield: a Run worker, which persists a short wait instead of
 	// sleeping when other intents are due before it ends (fairness).
 	yield bool
@@ -162,6 +164,10 @@ func (c *Client) driveClaimed(ctx context.Context, id string, first *claimed) (i
 		}
 		ch := c.changedCh()
 		cl, err := first, error(nil)
+		if first == nil && c.isExhausted(id) {
+			in, _ := c.q.get(context.WithoutCancel(ctx), id)
+			return in, ErrMaxAttempts
+		}
 		if first == nil {
 			c.takeOver(ctx, id) // held by a dead process? then claim it now
 			cl, err = c.q.claim(ctx, id, c.now(), c.cfg.LeaseDuration, c.plan(c.now()))
@@ -626,7 +632,7 @@ func (d *drive) checkRetry(ctx context.Context, resp *http.Response, err error) 
 			ok = !next.After(d.horizon)
 		}
 	}
-	persist := ok && (next.Sub(now) > c.cfg.MaxSleep || (unanswered && next.Sub(now) > probeInterval) ||
+	persist := ok && (d.lastTry || next.Sub(now) > c.cfg.MaxSleep || (unanswered && next.Sub(now) > probeInterval) ||
 		(d.yield && c.othersDue(ctx, next)))
 	if ok && unanswered {
 		c.probes.planned(d.host, d.in.ID, now, next, persist)
@@ -643,6 +649,9 @@ func (d *drive) checkRetry(ctx context.Context, resp *http.Response, err error) 
 		d.stop = stopExpire
 		return false, nil
 	case persist:
+		if d.lastTry {
+			c.exhaust(d.in.ID) // pending; this Client claims it no more
+		}
 		// A long wait is written to the queue; so is a short one of a Run
 		// worker while other intents are due before it ends (they get
 		// the slot, this one goes behind them: oldest due first), and
@@ -706,6 +715,7 @@ func (d *drive) prepareRetry(r *http.Request) error {
 
 // started announces the attempt d.n.
 func (d *drive) started() {
+	d.lastTry = d.c.tried(d.in.ID)
 	d.c.log.Debug("idemkit: attempt", "intent", d.in.ID, "key", d.in.Key, "attempt", d.n, "url", redact(d.in.URL))
 	d.c.emit(Event{Kind: EventAttemptStarted, IntentID: d.in.ID, Key: d.in.Key, URL: redact(d.in.URL), Attempt: d.n})
 }

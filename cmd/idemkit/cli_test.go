@@ -196,7 +196,7 @@ func TestRun_MaxAttemptsPerRun(t *testing.T) {
 	require.Contains(t, errOut, "--max-attempts 2 reached with 2 intent(s) pending")
 	require.Contains(t, errOut, "idemkit run --queue")
 	require.Regexp(t, `attempt 1: http://127\.0\.0\.1:\d+/v1/payments\n`, errOut, "-v shows every attempt")
-	require.Regexp(t, `attempt 1: .*connection refused; retrying in`, errOut, "-v shows why it is retried")
+	require.Regexp(t, `attempt 1: .*connection refused; (retrying in|next attempt at)`, errOut, "-v shows why it is retried")
 	for key, before := range map[string]int{"old": 3, "new": 0} {
 		code, out, errOut := cli(t, ctx, "", "show", "--queue", queue, key, "--json")
 		require.Equal(t, 0, code, errOut)
@@ -314,4 +314,26 @@ func TestDo_BodyOnTerminalEndsLine(t *testing.T) {
 		require.Regexp(t, `^\{"charge":\d+\}$`, strings.TrimSuffix(out.String(), "\n"))
 		require.Equal(t, tty, strings.HasSuffix(out.String(), "\n"), "tty=%v: %q", tty, out.String())
 	}
+}
+
+// TestPrune_StateKeepsReceipts: prune --state failed deletes the failed
+// intents and keeps the succeeded ones; --state pending is refused.
+func TestPrune_StateKeepsReceipts(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t)
+	ctx := testCtx(t)
+	queue := filepath.Join(t.TempDir(), "q.db")
+	code, _, errOut := cli(t, ctx, "", "do", "--queue", queue, "--url", a.URL+"/charges", "-H", "Authorization: Bearer x", "--data", "bad", "--key", "bad")
+	require.Equal(t, exitFailed, code, errOut)
+	code, _, errOut = cli(t, ctx, "", "do", "--queue", queue, "--url", a.URL+"/charges", "-H", "Authorization: Bearer x", "--data", "ok", "--key", "ok")
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = cli(t, ctx, "", "prune", "--queue", queue, "--older-than", "0s", "--state", "pending")
+	require.Equal(t, exitError, code, errOut)
+	code, out, errOut := cli(t, ctx, "", "prune", "--queue", queue, "--older-than", "0s", "--state", "failed")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, "1\n", out)
+	code, _, _ = cli(t, ctx, "", "show", "--queue", queue, "ok")
+	require.Equal(t, 0, code, "the receipt is kept")
+	code, _, _ = cli(t, ctx, "", "show", "--queue", queue, "bad")
+	require.NotEqual(t, 0, code, "the failed intent is gone")
 }

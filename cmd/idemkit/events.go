@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -21,24 +20,22 @@ type tracker struct {
 	// verbose prints every attempt; retries prints why an attempt is
 	// retried (always with verbose).
 	verbose, retries bool
-	// maxAttempts bounds the attempts this process makes per intent (0: no
-	// bound). The SDK cannot bound them: the send hook refuses the attempt
-	// past the bound and onExhausted is called.
+	// maxAttempts is Config.MaxAttempts (0: no bound): an intent
+	// rescheduled after that many attempts here is exhausted, and
+	// onExhausted is called.
 	maxAttempts int
 	onExhausted func(id string)
 
 	mu        sync.Mutex
-	attempts  map[string]int    // intent id -> attempts started here (this process's count)
-	sent      map[string]int    // key as sent -> attempts the send hook let through
-	keyID     map[string]string // key as sent -> intent id
-	exhausted map[string]bool   // intent ids that reached maxAttempts
-	ended     []string          // ids that ended here, in order
+	attempts  map[string]int  // intent id -> attempts started here (this process's count)
+	exhausted map[string]bool // intent ids that reached maxAttempts
+	ended     []string        // ids that ended here, in order
 	endedSeen map[string]bool
 }
 
 func newTracker(w io.Writer, verbose, retries bool, maxAttempts int) *tracker {
 	return &tracker{w: w, verbose: verbose, retries: retries || verbose, maxAttempts: maxAttempts,
-		attempts: map[string]int{}, sent: map[string]int{}, keyID: map[string]string{},
+		attempts:  map[string]int{},
 		exhausted: map[string]bool{}, endedSeen: map[string]bool{}}
 }
 
@@ -46,30 +43,11 @@ func newTracker(w io.Writer, verbose, retries bool, maxAttempts int) *tracker {
 // happens to intents comes from onEvent).
 func (t *tracker) logger() *slog.Logger { return slog.New(&trackHandler{t: t}) }
 
-// errMaxAttempts is the send hook's refusal past --max-attempts.
+// errMaxAttempts is why an intent stopped at --max-attempts.
 type errMaxAttempts struct{ n int }
 
 func (e errMaxAttempts) Error() string {
 	return fmt.Sprintf("--max-attempts %d reached in this run; the intent stays pending", e.n)
-}
-
-// sendHook counts the attempts of each key and refuses the one past
-// --max-attempts. It runs before every attempt.
-func (t *tracker) sendHook(r *http.Request) error {
-	if t.maxAttempts <= 0 {
-		return nil
-	}
-	key := r.Header.Get("Idempotency-Key")
-	t.mu.Lock()
-	t.sent[key]++
-	over := t.sent[key] > t.maxAttempts
-	id := t.keyID[key]
-	t.mu.Unlock()
-	if over {
-		t.exhaust(id)
-		return errMaxAttempts{t.maxAttempts}
-	}
-	return nil
 }
 
 func (t *tracker) exhaust(id string) {
@@ -144,7 +122,6 @@ func (t *tracker) onEvent(e idemkit.Event) {
 	case idemkit.EventAttemptStarted:
 		t.mu.Lock()
 		t.attempts[id]++
-		t.keyID[e.Key] = id
 		t.mu.Unlock()
 		if t.verbose {
 			t.printf("%s attempt %d: %s", shortID(id), e.Attempt, e.URL)
@@ -156,7 +133,7 @@ func (t *tracker) onEvent(e idemkit.Event) {
 		t.checkExhausted(id)
 	case idemkit.EventRescheduled:
 		if t.retries {
-			t.printf("%s: no definitive answer; next attempt at %s (the wait is written to the queue)", shortID(id), fmtTime(e.Next))
+			t.printf("%s attempt %d: %s; next attempt at %s with the same key (the wait is written to the queue)", shortID(id), e.Attempt, e.Reason, fmtTime(e.Next))
 		}
 		t.checkExhausted(id)
 	case idemkit.EventEnded:

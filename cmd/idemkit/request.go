@@ -133,16 +133,15 @@ type errTimeout struct{ d time.Duration }
 func (e errTimeout) Error() string { return fmt.Sprintf("--timeout %v reached", e.d) }
 
 // config is the SDK configuration of a sending command: the tracker's
-// logger and send hook, then hook (credentials), and the window.
+// logger and event hook, --max-attempts, the send hook (credentials) and
+// the window.
 func (f *sendFlags) config(t *tracker, hook func(*http.Request) error) *idemkit.Config {
 	return &idemkit.Config{
 		Window:      f.window,
+		MaxAttempts: f.maxAttempts,
 		Logger:      t.logger(),
 		OnEventFunc: t.onEvent,
 		SendHookFunc: func(_ string, r *http.Request) error {
-			if err := t.sendHook(r); err != nil {
-				return err
-			}
 			if hook != nil {
 				return hook(r)
 			}
