@@ -136,7 +136,7 @@ func TestMigrate_From001(t *testing.T) {
 
 	c, err := Open(ctx, path, testConfig())
 	require.NoError(t, err)
-	require.Equal(t, []int{1, 2, 3, 4}, migrationVersions(t, db))
+	require.Equal(t, []int{1, 2, 3, 4, 5}, migrationVersions(t, db))
 	for table, rows := range before {
 		after, _ := snapshot(t, db, table, columns[table])
 		require.Equal(t, rows, after, "%s is unchanged by the migration", table)
@@ -185,7 +185,7 @@ func TestMigrate_From001(t *testing.T) {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	c2 := (&testBundle{path: path}).reopen(t, testConfig())
-	require.Equal(t, []int{1, 2, 3, 4}, migrationVersions(t, db))
+	require.Equal(t, []int{1, 2, 3, 4, 5}, migrationVersions(t, db))
 	in, err := c2.Do(ctx, &Request{URL: srv.URL + "/new-charge", Key: "after-migration"})
 	require.NoError(t, err)
 	require.Equal(t, StateSucceeded, in.State)

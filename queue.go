@@ -171,7 +171,7 @@ func (q *queue) begin(ctx context.Context, conn *sql.Conn) error {
 // QueueSchemaVersion is the version of the queue schema this package
 // writes: the number of its last migration (idemkit_client_migrations).
 // A queue migrated by a newer version may hold a higher one.
-const QueueSchemaVersion = 4
+const QueueSchemaVersion = 5
 
 const migrationsTable = `CREATE TABLE IF NOT EXISTS idemkit_client_migrations (
 	version    INTEGER PRIMARY KEY,
@@ -220,8 +220,8 @@ func (q *queue) migrate(ctx context.Context, now time.Time) error {
 
 const (
 	sqlInsertIntent = `INSERT INTO idemkit_intents
-	(id, key, state, method, url, host, header, body, fingerprint, attempts, next_attempt_at, created_at, updated_at, instance)
-	VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)
+	(id, key, state, method, url, host, header, body, fingerprint, attempts, next_attempt_at, created_at, updated_at, instance, credential_headers)
+	VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?)
 	ON CONFLICT (key) DO NOTHING
 	RETURNING id`
 
@@ -356,7 +356,7 @@ func insertOne(ctx context.Context, ex execer, stmt *sql.Stmt, p *prepared, id s
 	ts := formatTime(now)
 	var got string
 	var err error
-	args := []any{id, p.key, p.method, p.url, p.host, encodeHeader(p.header), p.body, p.fp, ts, ts, ts, instance}
+	args := []any{id, p.key, p.method, p.url, p.host, encodeHeader(p.header), p.body, p.fp, ts, ts, ts, instance, p.credNamesJSON()}
 	if stmt != nil {
 		err = stmt.QueryRowContext(ctx, args...).Scan(&got)
 	} else {
@@ -367,7 +367,7 @@ func insertOne(ctx context.Context, ex execer, stmt *sql.Stmt, p *prepared, id s
 		at, _ := parseTime(ts)
 		return &Intent{ID: id, Key: p.key, State: StatePending, Method: p.method, URL: p.url,
 			Header: p.header, Body: p.body, Fingerprint: p.fp, NextAttemptAt: at, CreatedAt: at, UpdatedAt: at,
-			instance: instance}, nil
+			CredentialHeaders: p.credNames(), instance: instance}, nil
 	case !errors.Is(err, sql.ErrNoRows):
 		return nil, err
 	}

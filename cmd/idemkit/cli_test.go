@@ -337,3 +337,25 @@ func TestPrune_StateKeepsReceipts(t *testing.T) {
 	code, _, _ = cli(t, ctx, "", "show", "--queue", queue, "bad")
 	require.NotEqual(t, 0, code, "the failed intent is gone")
 }
+
+// TestRun_WarnsOfMissingCredentials: run without -H for an intent queued
+// with an Authorization header says so before sending; with -H it does
+// not.
+func TestRun_WarnsOfMissingCredentials(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t)
+	ctx := testCtx(t)
+	queue := filepath.Join(t.TempDir(), "q.db")
+	code, _, errOut := cli(t, ctx, "", "submit", "--queue", queue, "--url", a.URL+"/charges", "-H", "Authorization: Bearer x", "--data", "ok", "--key", "k")
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = cli(t, ctx, "", "run", "--queue", queue, "--until-done")
+	require.Equal(t, exitFailed, code, errOut)
+	require.Regexp(t, `idemkit: \w+ was queued with Authorization, which this run does not send \(never stored\): give -H 'Authorization: …'`, errOut)
+	require.Less(t, strings.Index(errOut, "was queued with Authorization"), strings.Index(errOut, "401"), "said before the answer")
+
+	code, _, errOut = cli(t, ctx, "", "submit", "--queue", queue, "--url", a.URL+"/charges", "-H", "Authorization: Bearer x", "--data", "ok", "--key", "k2")
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = cli(t, ctx, "", "run", "--queue", queue, "--until-done", "-H", "Authorization: Bearer x")
+	require.Equal(t, 0, code, errOut)
+	require.NotContains(t, errOut, "was queued with")
+}
