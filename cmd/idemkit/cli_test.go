@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -358,4 +360,32 @@ func TestRun_WarnsOfMissingCredentials(t *testing.T) {
 	code, _, errOut = cli(t, ctx, "", "run", "--queue", queue, "--until-done", "-H", "Authorization: Bearer x")
 	require.Equal(t, 0, code, errOut)
 	require.NotContains(t, errOut, "was queued with")
+}
+
+// TestDo_ProfileChoosesTheDialect: --profile NAME sends every host the
+// profile's key header; --profile HOST=NAME only that host; an unknown
+// name is a usage error listing the known ones.
+func TestDo_ProfileChoosesTheDialect(t *testing.T) {
+	t.Parallel()
+	got := make(chan http.Header, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(srv.Close)
+	ctx := testCtx(t)
+	queue := filepath.Join(t.TempDir(), "q.db")
+	host := strings.TrimPrefix(srv.URL, "http://")
+
+	code, _, errOut := cli(t, ctx, "", "do", "--queue", queue, "--url", srv.URL, "--key", "k1", "--profile", "checkout")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, "k1", (<-got).Get("Cko-Idempotency-Key"))
+
+	code, _, errOut = cli(t, ctx, "", "do", "--queue", queue, "--url", srv.URL, "--key", "k2", "--profile", host+"=paypal")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, "k2", (<-got).Get("PayPal-Request-Id"))
+
+	code, _, errOut = cli(t, ctx, "", "do", "--queue", queue, "--url", srv.URL, "--key", "k3", "--profile", "nope")
+	require.Equal(t, exitError, code)
+	require.Contains(t, errOut, `unknown profile "nope": want one of idemkit, ietf, stripe, adyen, checkout, paypal`)
 }
