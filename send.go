@@ -145,7 +145,7 @@ func (c *Client) driveClaimed(ctx context.Context, id string, first *claimed) (i
 			// Nothing was sent: hand the claim back at once.
 			now := c.now()
 			_ = c.q.reschedule(context.WithoutCancel(ctx), id, first.token, now, now, time.Time{},
-				&attemptResult{n: first.attempt, errText: "client closed"}, "client closed", false)
+				&attemptResult{n: first.attempt, errText: "client closed"}, first.in.LastError, false)
 		}
 	}
 	if !c.enter() {
