@@ -389,3 +389,17 @@ func TestDo_ProfileChoosesTheDialect(t *testing.T) {
 	require.Equal(t, exitError, code)
 	require.Contains(t, errOut, `unknown profile "nope": want one of idemkit, ietf, stripe, adyen, checkout, paypal`)
 }
+
+// TestRun_ResumeHintNamesQueuedCredentials: a run stopped with work left
+// prints a resume command that asks for the credential headers the
+// pending intents were queued with, even when this run was given none.
+func TestRun_ResumeHintNamesQueuedCredentials(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	queue := filepath.Join(t.TempDir(), "q.db")
+	code, _, errOut := cli(t, ctx, "", "submit", "--queue", queue, "--url", deadURL(t), "-H", "X-Api-Key: k", "--key", "k")
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = cli(t, ctx, "", "run", "--queue", queue, "--until-done", "--timeout", "300ms")
+	require.Equal(t, exitInterrupted, code, errOut)
+	require.Regexp(t, `idemkit run --queue \S+ --until-done .*-H 'X-Api-Key: …'`, errOut)
+}

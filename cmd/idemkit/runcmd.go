@@ -267,7 +267,22 @@ func (r *runner) interrupted(why string, pending int) error {
 		abs = r.queue
 	}
 	return &statusError{code: exitInterrupted, err: fmt.Errorf("%s with %d intent(s) pending; they stay queued: resume (same keys) with:\n  %s",
-		why, pending, resumeHint(abs, r.window, r.scope.String(), r.creds))}
+		why, pending, resumeHint(abs, r.window, r.scope.String(), r.neededCredentials()))}
+}
+
+// neededCredentials are the credential headers the resume command needs:
+// those given with -H and those the pending intents were queued with.
+func (r *runner) neededCredentials() []string {
+	names := slices.Clone(r.creds)
+	pending, _ := listAll(context.Background(), r.c, idemkit.StatePending)
+	for _, in := range pending {
+		for _, n := range in.CredentialHeaders {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	return names
 }
 
 func (r *runner) untilDone(ctx context.Context, all bool) error {
