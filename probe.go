@@ -16,8 +16,8 @@ const probeInterval = time.Second
 // host is its probe: its wait is capped at probeInterval. The others wait
 // their normal backoff, written to the queue. When any attempt on the host
 // gets an answer, the intents waiting for it are made due at once. A probe
-// whose attempt budget (Config.MaxAttemptsPerHour) is spent hands the
-// probe to another waiting intent of the host.
+// that spent half its attempt budget (Config.MaxAttemptsPerHour) hands
+// the probe to another waiting intent of the host.
 type probes struct {
 	mu sync.Mutex
 	// probe is, per host, the intent probing it and when it tries next.
@@ -96,14 +96,24 @@ func (p *probes) handoff(host, id string, next time.Time) string {
 
 // noAnswer plans the next attempt of an intent whose attempt on d.host
 // got no answer, given the policy's next: capped at probeInterval if it
-// is the host's probe. The attempt budget is applied by the caller.
-func (d *drive) noAnswer(now, next time.Time) time.Time {
-	if d.c.probes.wants(d.host, d.in.ID, now) {
-		if p := now.Add(probeInterval); p.Before(next) {
-			return p
+// is the host's probe. A probe spends at most half of its
+// MaxAttemptsPerHour budget probing (the rest is for its own backoff):
+// past that, handoff is true and another waiting intent probes. The budget
+// itself is applied by the caller.
+func (d *drive) noAnswer(ctx context.Context, now, next time.Time) (_ time.Time, handoff bool) {
+	if !d.c.probes.wants(d.host, d.in.ID, now) {
+		return next, false
+	}
+	if half := d.c.cfg.MaxAttemptsPerHour / 2; half > 0 {
+		t, err := d.c.q.nthLastAttempt(ctx, d.in.ID, half)
+		if err != nil || (!t.IsZero() && t.After(now.Add(-time.Hour))) {
+			return next, true
 		}
 	}
-	return next
+	if p := now.Add(probeInterval); p.Before(next) {
+		return p, false
+	}
+	return next, false
 }
 
 // wakeHost makes the intents waiting for host (other than id, which just

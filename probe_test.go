@@ -95,3 +95,33 @@ func settle(t *testing.T, db *sql.DB, now time.Time) (time.Time, int) {
 	require.NoError(t, err)
 	return at, pending
 }
+
+// TestRun_ProbeSpendsHalfTheBudget: a lone intent against a host that
+// does not answer probes it every second for half its MaxAttemptsPerHour,
+// then falls back to its backoff (the rest of the budget is its own).
+func TestRun_ProbeSpendsHalfTheBudget(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	cfg := testConfig()
+	cfg.timeNowFunc = clock.Now
+	cfg.MaxSleep = time.Millisecond
+	cfg.MaxAttemptsPerHour = 10
+	cfg.Backoff = func(time.Duration, time.Duration, int, *http.Response) time.Duration { return BackoffCapDefault }
+	b := setup(t, cfg, nil)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	_, err := b.c.Submit(ctx, &Request{URL: "http://" + closedAddr(t)})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- b.c.Run(ctx) }()
+	db := rawDB(t, b.path)
+	var gaps []time.Duration
+	for range 7 {
+		next, pending := settle(t, db, clock.Now())
+		require.Equal(t, 1, pending)
+		gaps = append(gaps, next.Sub(clock.Now()))
+		clock.Set(next)
+	}
+	cancel()
+	require.NoError(t, <-done)
+	require.Equal(t, []time.Duration{time.Second, time.Second, time.Second, time.Second, BackoffCapDefault, BackoffCapDefault, BackoffCapDefault}, gaps)
+}

@@ -613,9 +613,10 @@ func (d *drive) checkRetry(ctx context.Context, resp *http.Response, err error) 
 	serverWait, has := retryAfter(resp, now)
 	next, ok := schedule(now, d.horizon, backoff, serverWait, has, dec.minWait, d.lead())
 	unanswered := resp == nil
-	probe := false
+	probe, handoff := false, false
 	if ok && unanswered {
-		capped := d.noAnswer(now, next)
+		var capped time.Time
+		capped, handoff = d.noAnswer(context.WithoutCancel(ctx), now, next)
 		probe = capped.Before(next)
 		next = capped
 	}
@@ -636,7 +637,7 @@ func (d *drive) checkRetry(ctx context.Context, resp *http.Response, err error) 
 		(d.yield && c.othersDue(ctx, next)))
 	if ok && unanswered {
 		c.probes.planned(d.host, d.in.ID, now, next, persist)
-		if probe && next.After(now.Add(probeInterval)) {
+		if handoff || (probe && next.After(now.Add(probeInterval))) {
 			// Its attempt budget is spent: another intent probes.
 			at := now.Add(probeInterval)
 			if other := c.probes.handoff(d.host, d.in.ID, at); other != "" {
