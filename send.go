@@ -225,8 +225,13 @@ func (c *Client) pendingResult(ctx context.Context, id string) (*Intent, error) 
 	return in, ctx.Err()
 }
 
-// Run sends due intents, Config.Concurrency at a time, until ctx ends or
-// the Client is closed; then it cancels the attempts in flight (their
+// Run sends due intents, Config.Concurrency at a time, oldest due first,
+// until ctx ends or the Client is closed. A worker whose intent must wait
+// before its next attempt sleeps in-process (up to Config.MaxSleep) only
+// while no other intent is due before that: otherwise the wait is written
+// to the queue and the worker takes the next due intent, so every due
+// intent gets attempts, not only the first Concurrency. When ctx ends or
+// the Client is closed, it cancels the attempts in flight (their
 // intents stay pending and are resumed later, by any process) and returns
 // nil. It keeps going through network and server outages: every intent is
 // retried until it ends or its horizon passes. Errors reading the queue
