@@ -152,3 +152,13 @@ func TestMaxAttempts_BoundsThisClientsAttempts(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, map[IntentState]int{StateSucceeded: 1}, counts)
 }
+
+// TestDrain_ClosedClient: Drain on a closed Client is ErrClosed.
+func TestDrain_ClosedClient(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	c := b.reopen(t, nil)
+	require.NoError(t, c.Close())
+	_, err := c.Drain(testCtx(t))
+	require.ErrorIs(t, err, ErrClosed)
+}

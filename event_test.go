@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-retryablehttp"
 	"github.com/stretchr/testify/require"
 )
 
@@ -112,6 +113,10 @@ func TestEvents_LongWaitIsRescheduled(t *testing.T) {
 	require.Contains(t, re.Reason, "Retry-After: 3600")
 	require.WithinDuration(t, re.At.Add(time.Hour), re.Next, 5*time.Second)
 }
+
+// A *slog.Logger is also go-retryablehttp's LeveledLogger, for
+// Config.HTTPClient.Logger.
+var _ retryablehttp.LeveledLogger = slog.Default()
 
 // TestConfig_LoggerDefaultsToSlogDefault: the default logger is
 // slog.Default() (INFO and up), not a discard handler.
