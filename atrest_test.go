@@ -194,3 +194,30 @@ func TestAtRest_URLCredentialsAllowedExplicitly(t *testing.T) {
 	_, err = b2.c.Submit(context.Background(), &Request{URL: "http://127.0.0.1:1/x?page=2&currency=eur"})
 	require.NoError(t, err, "ordinary query parameters are fine")
 }
+
+// TestCredentialHeaders_NamesStoredNeverValues: the names of the
+// credential headers a request had are stored with the intent (a resuming
+// process learns it needs them); their values are not.
+func TestCredentialHeaders_NamesStoredNeverValues(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	ctx := testCtx(t)
+	in, err := b.c.Submit(ctx, &Request{URL: "http://127.0.0.1:1/pay", Header: http.Header{
+		"Authorization": {"Bearer s3cret"}, "X-Api-Key": {"k3y"}, "Content-Type": {"application/json"},
+	}})
+	require.NoError(t, err)
+	require.Equal(t, []string{"Authorization", "X-Api-Key"}, in.CredentialHeaders)
+	got, err := b.reopen(t, nil).Get(ctx, in.ID)
+	require.NoError(t, err)
+	require.Equal(t, []string{"Authorization", "X-Api-Key"}, got.CredentialHeaders)
+	require.Empty(t, got.Header.Get("Authorization"))
+	raw, err := os.ReadFile(b.path)
+	require.NoError(t, err)
+	require.NotContains(t, string(raw), "s3cret")
+
+	plain, err := b.c.Submit(ctx, &Request{URL: "http://127.0.0.1:1/pay2"})
+	require.NoError(t, err)
+	got, err = b.c.Get(ctx, plain.ID)
+	require.NoError(t, err)
+	require.Nil(t, got.CredentialHeaders)
+}

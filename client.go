@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,8 +13,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -143,6 +146,14 @@ type Config struct {
 	// old. Defaults to 120 (one every 30 s on average, the backoff cap).
 	MaxAttemptsPerHour int
 
+	// MaxAttempts, if positive, bounds the attempts this Client starts
+	// for one intent (counted in memory since Open or NewClient): once an
+	// intent reached it without a definitive answer, it stays pending with
+	// its next attempt time, Run and Drain no longer claim it, and Do
+	// returns it with ErrMaxAttempts. Another Client (a later run) may
+	// send it again. Defaults to 0: only the horizon ends the retries.
+	MaxAttempts int
+
 	// SendHookFunc is called before every attempt, with the intent's host
 	// (as in the URL: "api.stripe.com", or "host:port") and the request
 	// about to be sent: add credentials here, for that host only (a process
@@ -181,7 +192,17 @@ type Config struct {
 	// ConcurrencyDefault (4).
 	Concurrency int
 
-	// Logger receives the client's logs. Defaults to discarding them.
+	// OnEventFunc, if set, is called for every step of an intent in this
+	// process: attempt started, answered, retrying, rescheduled, ended
+	// (see [Event]). It is an observer: it runs synchronously on the
+	// worker's goroutine, so it must return quickly, and nothing it does
+	// changes what the client does next. Defaults to nil.
+	OnEventFunc func(e Event)
+
+	// Logger receives the client's logs: state changes (an intent ended)
+	// at INFO, each attempt and retry at DEBUG, problems at WARN. A
+	// *slog.Logger also satisfies go-retryablehttp's LeveledLogger, for
+	// HTTPClient.Logger. Defaults to slog.Default().
 	Logger *slog.Logger
 
 	// timeNowFunc is the clock (tests inject one). Defaults to a wall clock
@@ -234,7 +255,7 @@ func (c *Config) WithDefaults() *Config {
 		out.Profiles = m
 	}
 	if out.Logger == nil {
-		out.Logger = slog.New(slog.DiscardHandler)
+		out.Logger = slog.Default()
 	}
 	out.pollInterval = cmp.Or(out.pollInterval, pollIntervalDefault)
 	return out
@@ -268,6 +289,9 @@ func (c *Config) validate() error {
 				return fmt.Errorf("idemkit: Config.%s: %q is not a header name or *-Suffix pattern", l.name, h)
 			}
 		}
+	}
+	if c.MaxAttempts < 0 {
+		return fmt.Errorf("idemkit: Config.MaxAttempts must not be negative, got %d", c.MaxAttempts)
 	}
 	if c.MaxAttemptsPerHour < 1 {
 		return fmt.Errorf("idemkit: Config.MaxAttemptsPerHour must be at least 1, got %d", c.MaxAttemptsPerHour)
@@ -323,6 +347,17 @@ type Client struct {
 	wg        sync.WaitGroup // the committer, Run, Do and Wait calls
 
 	wake chan struct{} // a Submit happened: Run looks at the queue
+
+	// runActive counts Run workers claiming or driving an intent;
+	// claimGen counts their claims (Drain reads both).
+	runActive atomic.Int64
+	claimGen  atomic.Uint64
+
+	probes probes // hosts that stopped answering (probe.go)
+
+	triesMu   sync.Mutex
+	tries     map[string]int // intent id -> attempts started here (Config.MaxAttempts)
+	exhausted []string       // ids that reached Config.MaxAttempts here
 
 	nmu     sync.Mutex
 	changed chan struct{} // closed and replaced when an intent ends here
@@ -466,7 +501,9 @@ func newClient(ctx context.Context, db *sql.DB, cfg *Config, busyRetry time.Dura
 		wake:     make(chan struct{}, 1),
 		changed:  make(chan struct{}),
 		creds:    map[string]http.Header{},
+		tries:    map[string]int{},
 	}
+	c.q.skip = c.skipped
 	if cfg.timeNowFunc == nil {
 		base := time.Now()
 		cfg.timeNowFunc = func() time.Time { return base.Add(time.Since(base)) }
@@ -850,16 +887,59 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 }
 
 // Prune deletes terminal intents (and their attempt logs) last updated more
-// than olderThan ago, and returns how many it deleted. Pending intents are
-// never pruned. It deletes in chunks, so it never holds the write lock long.
-func (c *Client) Prune(ctx context.Context, olderThan time.Duration) (int, error) {
+// than olderThan ago, and returns how many it deleted; with states, only
+// intents in those states (Prune(ctx, 0, StateFailed) keeps the succeeded
+// receipts). Pending intents are never pruned: StatePending is refused with
+// ErrInvalidRequest. It deletes in chunks, so it never holds the write lock
+// long.
+func (c *Client) Prune(ctx context.Context, olderThan time.Duration, states ...IntentState) (int, error) {
 	if c.closed() {
 		return 0, ErrClosed
 	}
 	if olderThan < 0 {
 		return 0, fmt.Errorf("idemkit: Prune: negative olderThan %v", olderThan)
 	}
-	return c.q.prune(ctx, c.now().Add(-olderThan))
+	for _, s := range states {
+		if !s.valid() || s == StatePending {
+			return 0, invalidf("Prune: state %q is not a terminal state", s)
+		}
+	}
+	return c.q.prune(ctx, c.now().Add(-olderThan), states)
+}
+
+// tried counts an attempt of intent id started here and reports whether
+// it is the last Config.MaxAttempts allows.
+func (c *Client) tried(id string) bool {
+	c.triesMu.Lock()
+	defer c.triesMu.Unlock()
+	c.tries[id]++
+	return c.cfg.MaxAttempts > 0 && c.tries[id] >= c.cfg.MaxAttempts
+}
+
+// exhaust marks intent id as past Config.MaxAttempts here.
+func (c *Client) exhaust(id string) {
+	c.triesMu.Lock()
+	defer c.triesMu.Unlock()
+	if !slices.Contains(c.exhausted, id) {
+		c.exhausted = append(c.exhausted, id)
+	}
+}
+
+func (c *Client) isExhausted(id string) bool {
+	c.triesMu.Lock()
+	defer c.triesMu.Unlock()
+	return slices.Contains(c.exhausted, id)
+}
+
+// skipped is the JSON array of the ids claims pass over.
+func (c *Client) skipped() string {
+	c.triesMu.Lock()
+	defer c.triesMu.Unlock()
+	b, _ := json.Marshal(c.exhausted)
+	if c.exhausted == nil {
+		return "[]"
+	}
+	return string(b)
 }
 
 func (c *Client) credsFor(id string) http.Header {

@@ -35,8 +35,14 @@
 //	}
 //
 // For offline-first agents, [Client.Submit] only persists (concurrent calls
-// share one fsync), and [Client.Run] is a worker that sends due intents until
-// its context ends, and keeps going when the network comes back.
+// share one fsync), [Client.Run] is a worker that sends due intents until
+// its context ends, and keeps going when the network comes back, and
+// [Client.Drain] sends what is due and returns once nothing is left to send
+// soon. Run is fair: a worker whose intent must wait gives its slot to the
+// other due intents. While a host gives no answer, one of its intents
+// probes it every second; its first answer makes the others due at once.
+// Config.OnEventFunc observes every step ([Event]); Config.Logger (default
+// slog.Default()) logs each intent that ends at INFO.
 // [Client.SubmitTx] queues an intent inside the caller's own SQLite
 // transaction (a transactional outbox).
 //
@@ -56,8 +62,10 @@
 // header) is honoured but never waits less than 100 ms plus the backoff, so a
 // "Retry-After: 0" cannot become a hot loop, and no intent gets more than
 // Config.MaxAttemptsPerHour attempts in any hour. Waits up to Config.MaxSleep
-// are slept, context-aware; longer ones are written to the queue as the
-// intent's next attempt time and the worker moves on. go-retryablehttp is the
+// are slept, context-aware (by a Run worker only while no other intent is
+// due); longer ones are written to the queue as the intent's next attempt
+// time and the worker moves on. Config.MaxAttempts bounds the attempts one
+// Client makes per intent. go-retryablehttp is the
 // transport engine; its CheckRetry and Backoff are replaced by these.
 //
 // # Other APIs

@@ -62,6 +62,13 @@ var (
 	// read-only (SQLite's SQLITE_READONLY): nothing was written.
 	ErrQueueReadOnly = errors.New("idemkit: queue file is read-only")
 
+	// ErrMaxAttempts is returned by [Client.Do] with the intent, still
+	// pending, when Config.MaxAttempts attempts of this Client got no
+	// definitive answer.
+	//
+	//	if errors.Is(err, idemkit.ErrMaxAttempts) { /* resume it later: Run, Drain or Wait */ }
+	ErrMaxAttempts = errors.New("idemkit: Config.MaxAttempts reached; the intent stays pending")
+
 	// ErrClosed is returned by every method of a [Client] after Close.
 	ErrClosed = errors.New("idemkit: client closed")
 )

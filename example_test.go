@@ -192,3 +192,51 @@ func ExampleKnownProfile() {
 	// key sent in Idempotency-Key: true
 	// true
 }
+
+// An agent queues its work first (no network needed), then drains the
+// queue; Config.OnEventFunc observes every step.
+func ExampleClient_Drain() {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer srv.Close()
+	path, cleanup := exampleQueue()
+	defer cleanup()
+
+	ctx := context.Background()
+	c, err := idemkit.Open(ctx, path, &idemkit.Config{
+		OnEventFunc: func(e idemkit.Event) {
+			switch e.Kind {
+			case idemkit.EventAnswered:
+				fmt.Printf("%s attempt %d: %d\n", e.Key, e.Attempt, e.Status)
+			case idemkit.EventRetrying:
+				fmt.Printf("%s retrying: %s\n", e.Key, e.Reason)
+			case idemkit.EventEnded:
+				fmt.Printf("%s %s\n", e.Key, e.State)
+			}
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Submit(ctx, &idemkit.Request{URL: srv.URL + "/charges", Body: []byte(`{"amount":4000}`), Key: "order-7"}); err != nil {
+		log.Fatal(err)
+	}
+	counts, err := c.Drain(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("succeeded:", counts[idemkit.StateSucceeded], "pending:", counts[idemkit.StatePending])
+	// Output:
+	// order-7 attempt 1: 503
+	// order-7 retrying: status 503
+	// order-7 attempt 2: 201
+	// order-7 succeeded
+	// succeeded: 1 pending: 0
+}

@@ -2,9 +2,12 @@ package idemkit
 
 import (
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -94,6 +97,11 @@ type Intent struct {
 	Outcome *Outcome
 	// LastError describes the last failed attempt or why the intent ended.
 	LastError string
+	// CredentialHeaders are the names (canonical, sorted) of the
+	// credential headers the request had when it was queued: their values
+	// were never stored, so a process resuming the intent must supply them
+	// (Config.SendHookFunc). Nil if none (or queued before schema 5).
+	CredentialHeaders []string
 
 	// instance is the queue instance that queued it ("" if before 004).
 	instance string
@@ -157,6 +165,24 @@ type prepared struct {
 	creds             http.Header // memory only
 	body              []byte
 	fp                []byte
+}
+
+// credNames are the names of the credential headers, sorted.
+func (p *prepared) credNames() []string {
+	if len(p.creds) == 0 {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(p.creds))
+}
+
+// credNamesJSON is credNames as stored: a JSON array, or NULL.
+func (p *prepared) credNamesJSON() any {
+	names := p.credNames()
+	if names == nil {
+		return nil
+	}
+	b, _ := json.Marshal(names)
+	return string(b)
 }
 
 // prepare validates req for the host's profile prof and separates the
@@ -333,12 +359,14 @@ type row struct {
 	lastError                         string
 	createdAt, updatedAt              string
 	instance                          *string
+	credentialHeaders                 *string
 }
 
 // rowColumns lists the columns scanned into a row, in scan order.
 const rowColumns = `id, key, state, method, url, host, header, body, fingerprint, attempts,
 	next_attempt_at, first_attempt_at, horizon, lease_token, outcome_status, outcome_header,
-	outcome_body, outcome_replayed, outcome_key_reused, last_error, created_at, updated_at, instance`
+	outcome_body, outcome_replayed, outcome_key_reused, last_error, created_at, updated_at, instance,
+	credential_headers`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -346,7 +374,8 @@ func scanRow(s scanner) (*row, error) {
 	r := &row{}
 	err := s.Scan(&r.id, &r.key, &r.state, &r.method, &r.url, &r.host, &r.header, &r.body, &r.fp,
 		&r.attempts, &r.nextAttemptAt, &r.firstAttemptAt, &r.horizon, &r.leaseToken, &r.outcomeStatus,
-		&r.outcomeHeader, &r.outcomeBody, &r.outcomeReplayed, &r.outcomeKeyReused, &r.lastError, &r.createdAt, &r.updatedAt, &r.instance)
+		&r.outcomeHeader, &r.outcomeBody, &r.outcomeReplayed, &r.outcomeKeyReused, &r.lastError, &r.createdAt, &r.updatedAt, &r.instance,
+		&r.credentialHeaders)
 	return r, err
 }
 
@@ -368,6 +397,11 @@ func decodeIntent(r *row) (*Intent, error) {
 	}
 	if r.id == "" {
 		return nil, bad("empty id", nil)
+	}
+	if r.credentialHeaders != nil {
+		if err := json.Unmarshal([]byte(*r.credentialHeaders), &in.CredentialHeaders); err != nil {
+			return nil, bad("credential_headers", err)
+		}
 	}
 	if !in.State.valid() {
 		return nil, bad(fmt.Sprintf("unknown state %q", r.state), nil)

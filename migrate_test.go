@@ -2,9 +2,12 @@ package idemkit
 
 import (
 	"database/sql"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -133,7 +136,7 @@ func TestMigrate_From001(t *testing.T) {
 
 	c, err := Open(ctx, path, testConfig())
 	require.NoError(t, err)
-	require.Equal(t, []int{1, 2, 3, 4}, migrationVersions(t, db))
+	require.Equal(t, []int{1, 2, 3, 4, 5}, migrationVersions(t, db))
 	for table, rows := range before {
 		after, _ := snapshot(t, db, table, columns[table])
 		require.Equal(t, rows, after, "%s is unchanged by the migration", table)
@@ -182,7 +185,7 @@ func TestMigrate_From001(t *testing.T) {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	c2 := (&testBundle{path: path}).reopen(t, testConfig())
-	require.Equal(t, []int{1, 2, 3, 4}, migrationVersions(t, db))
+	require.Equal(t, []int{1, 2, 3, 4, 5}, migrationVersions(t, db))
 	in, err := c2.Do(ctx, &Request{URL: srv.URL + "/new-charge", Key: "after-migration"})
 	require.NoError(t, err)
 	require.Equal(t, StateSucceeded, in.State)
@@ -294,4 +297,20 @@ func mustGet(t *testing.T, c *Client, id string) *Intent {
 	in, err := c.Get(testCtx(t), id)
 	require.NoError(t, err)
 	return in
+}
+
+// TestQueueSchemaVersion_IsTheLastMigration: the exported version is the
+// number of the last embedded migration, and what a fresh queue records.
+func TestQueueSchemaVersion_IsTheLastMigration(t *testing.T) {
+	t.Parallel()
+	names, err := fs.Glob(schemaFS, "schema/*.sql")
+	require.NoError(t, err)
+	sort.Strings(names)
+	last, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(names[len(names)-1], "schema/"), "_", 2)[0])
+	require.NoError(t, err)
+	require.Equal(t, last, QueueSchemaVersion)
+	b := setup(t, nil, nil)
+	var v int
+	require.NoError(t, rawDB(t, b.path).QueryRow(`SELECT MAX(version) FROM idemkit_client_migrations`).Scan(&v))
+	require.Equal(t, QueueSchemaVersion, v)
 }

@@ -77,6 +77,9 @@ type queue struct {
 	// to a busy neighbour; short jittered retries here keep two processes
 	// sharing a queue fair.
 	busyRetry time.Duration
+	// skip returns the JSON array of the ids claims pass over (the
+	// Client's intents past Config.MaxAttempts); nil: none.
+	skip func() string
 	// owner is this process's lease owner (see leaseOwner), written with
 	// every lease it takes or renews.
 	owner string
@@ -165,6 +168,11 @@ func (q *queue) begin(ctx context.Context, conn *sql.Conn) error {
 	}
 }
 
+// QueueSchemaVersion is the version of the queue schema this package
+// writes: the number of its last migration (idemkit_client_migrations).
+// A queue migrated by a newer version may hold a higher one.
+const QueueSchemaVersion = 5
+
 const migrationsTable = `CREATE TABLE IF NOT EXISTS idemkit_client_migrations (
 	version    INTEGER PRIMARY KEY,
 	applied_at TEXT    NOT NULL
@@ -212,8 +220,8 @@ func (q *queue) migrate(ctx context.Context, now time.Time) error {
 
 const (
 	sqlInsertIntent = `INSERT INTO idemkit_intents
-	(id, key, state, method, url, host, header, body, fingerprint, attempts, next_attempt_at, created_at, updated_at, instance)
-	VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)
+	(id, key, state, method, url, host, header, body, fingerprint, attempts, next_attempt_at, created_at, updated_at, instance, credential_headers)
+	VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?)
 	ON CONFLICT (key) DO NOTHING
 	RETURNING id`
 
@@ -224,12 +232,14 @@ const (
 	// this instance's intents only (?2 the recorded origin, ?3 self).
 	sqlSelectDue = `SELECT ` + rowColumns + ` FROM idemkit_intents
 	WHERE state = 'pending' AND next_attempt_at <= ?1 AND COALESCE(instance, ?2) = ?3
+	AND id NOT IN (SELECT value FROM json_each(?4))
 	ORDER BY next_attempt_at LIMIT 1`
 
 	sqlSelectDueID = `SELECT ` + rowColumns + ` FROM idemkit_intents
 	WHERE id = ? AND state = 'pending' AND next_attempt_at <= ?`
 
-	sqlNextDue = `SELECT MIN(next_attempt_at) FROM idemkit_intents WHERE state = 'pending' AND COALESCE(instance, ?1) = ?2`
+	sqlNextDue = `SELECT MIN(next_attempt_at) FROM idemkit_intents WHERE state = 'pending' AND COALESCE(instance, ?1) = ?2
+	AND id NOT IN (SELECT value FROM json_each(?3))`
 
 	sqlHostWindow = `SELECT window_seconds FROM idemkit_hosts WHERE host = ?`
 
@@ -346,7 +356,7 @@ func insertOne(ctx context.Context, ex execer, stmt *sql.Stmt, p *prepared, id s
 	ts := formatTime(now)
 	var got string
 	var err error
-	args := []any{id, p.key, p.method, p.url, p.host, encodeHeader(p.header), p.body, p.fp, ts, ts, ts, instance}
+	args := []any{id, p.key, p.method, p.url, p.host, encodeHeader(p.header), p.body, p.fp, ts, ts, ts, instance, p.credNamesJSON()}
 	if stmt != nil {
 		err = stmt.QueryRowContext(ctx, args...).Scan(&got)
 	} else {
@@ -357,7 +367,7 @@ func insertOne(ctx context.Context, ex execer, stmt *sql.Stmt, p *prepared, id s
 		at, _ := parseTime(ts)
 		return &Intent{ID: id, Key: p.key, State: StatePending, Method: p.method, URL: p.url,
 			Header: p.header, Body: p.body, Fingerprint: p.fp, NextAttemptAt: at, CreatedAt: at, UpdatedAt: at,
-			instance: instance}, nil
+			CredentialHeaders: p.credNames(), instance: instance}, nil
 	case !errors.Is(err, sql.ErrNoRows):
 		return nil, err
 	}
@@ -433,7 +443,7 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 		}
 		var sr *sql.Row
 		if id == "" {
-			sr = ex.QueryRowContext(ctx, sqlSelectDue, formatTime(now), q.origin, q.self)
+			sr = ex.QueryRowContext(ctx, sqlSelectDue, formatTime(now), q.origin, q.self, q.skipped())
 		} else {
 			sr = ex.QueryRowContext(ctx, sqlSelectDueID, id, formatTime(now))
 		}
@@ -759,11 +769,47 @@ func (q *queue) counts(ctx context.Context) (map[IntentState]int, error) {
 	return out, interpretError(rows.Err())
 }
 
+// skipped is the JSON array of intent ids claims pass over.
+func (q *queue) skipped() string {
+	if q.skip == nil {
+		return "[]"
+	}
+	return q.skip()
+}
+
+// makeDue makes the given pending intents that nobody holds due at now,
+// if they were due later, and returns how many it changed.
+func (q *queue) makeDue(ctx context.Context, ids []string, now time.Time) (int, error) {
+	var n int64
+	err := q.inTx(ctx, func(ex execer) error {
+		args := []any{formatTime(now)}
+		for _, id := range ids {
+			args = append(args, id)
+		}
+		res, err := ex.ExecContext(ctx, `UPDATE idemkit_intents SET next_attempt_at = ?1
+		WHERE state = 'pending' AND lease_owner IS NULL AND next_attempt_at > ?1
+		AND id IN (?`+strings.Repeat(",?", len(ids)-1)+`)`, args...)
+		if err != nil {
+			return err
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
+	return int(n), err
+}
+
+// makeDueBy makes a pending intent that nobody holds due at t, if it was
+// due later.
+func (q *queue) makeDueBy(ctx context.Context, id string, t time.Time) error {
+	_, err := q.makeDue(ctx, []string{id}, t)
+	return err
+}
+
 // nextDue returns the earliest next_attempt_at of a pending intent, or the
-// zero time when none is pending.
+// zero time when none is pending (intents claims skip are left out).
 func (q *queue) nextDue(ctx context.Context) (time.Time, error) {
 	var s *string
-	if err := q.db.QueryRowContext(ctx, sqlNextDue, q.origin, q.self).Scan(&s); err != nil {
+	if err := q.db.QueryRowContext(ctx, sqlNextDue, q.origin, q.self, q.skipped()).Scan(&s); err != nil {
 		return time.Time{}, interpretError(err)
 	}
 	if s == nil {
@@ -776,14 +822,21 @@ func (q *queue) nextDue(ctx context.Context) (time.Time, error) {
 	return t, nil
 }
 
-// prune deletes terminal intents last updated before cutoff, and their
-// attempt logs, a thousand per transaction.
-func (q *queue) prune(ctx context.Context, cutoff time.Time) (int, error) {
+// prune deletes terminal intents (in states, if any) last updated before
+// cutoff, and their attempt logs, a thousand per transaction.
+func (q *queue) prune(ctx context.Context, cutoff time.Time, states []IntentState) (int, error) {
+	query, args := sqlPruneBatch, []any{formatTime(cutoff)}
+	if len(states) > 0 {
+		query = strings.Replace(query, " LIMIT", " AND state IN (?"+strings.Repeat(",?", len(states)-1)+") LIMIT", 1)
+		for _, s := range states {
+			args = append(args, string(s))
+		}
+	}
 	total := 0
 	for {
 		var n int
 		err := q.inTx(ctx, func(ex execer) error {
-			rows, err := ex.QueryContext(ctx, sqlPruneBatch, formatTime(cutoff))
+			rows, err := ex.QueryContext(ctx, query, args...)
 			if err != nil {
 				return err
 			}

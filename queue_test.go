@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"database/sql"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,8 +68,8 @@ func TestQueue_DueLookupUsesIndex(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil, nil)
 	now := formatTime(time.Now())
-	require.Contains(t, explain(t, b.c.q.db, sqlSelectDue, now, b.c.q.origin, b.c.q.self), "USING INDEX idemkit_intents_due")
-	require.Contains(t, explain(t, b.c.q.db, sqlNextDue, b.c.q.origin, b.c.q.self), "idemkit_intents_due")
+	require.Contains(t, explain(t, b.c.q.db, sqlSelectDue, now, b.c.q.origin, b.c.q.self, `["x"]`), "USING INDEX idemkit_intents_due")
+	require.Contains(t, explain(t, b.c.q.db, sqlNextDue, b.c.q.origin, b.c.q.self, `["x"]`), "idemkit_intents_due")
 	require.Contains(t, explain(t, b.c.q.db, sqlPruneBatch, now), "idemkit_intents_terminal")
 }
 
@@ -289,4 +290,36 @@ func TestClient_ReadOnlyQueue(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, all, 1)
 	require.Equal(t, kept.ID, all[0].ID)
+}
+
+// TestPrune_ByStateKeepsReceipts: pruning failed intents keeps the
+// succeeded ones (the receipts); a pending state is refused.
+func TestPrune_ByStateKeepsReceipts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/bad" {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	ctx := testCtx(t)
+	ok, err := b.c.Do(ctx, &Request{URL: b.srv.URL + "/ok"})
+	require.NoError(t, err)
+	_, err = b.c.Do(ctx, &Request{URL: b.srv.URL + "/bad"})
+	require.ErrorIs(t, err, ErrFailed)
+	canceled, err := b.c.Submit(ctx, &Request{URL: b.srv.URL + "/later"})
+	require.NoError(t, err)
+	require.NoError(t, b.c.Cancel(ctx, canceled.ID))
+
+	_, err = b.c.Prune(ctx, 0, StatePending)
+	require.ErrorIs(t, err, ErrInvalidRequest)
+	n, err := b.c.Prune(ctx, 0, StateFailed, StateCanceled)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	counts, err := b.c.Counts(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[IntentState]int{StateSucceeded: 1}, counts)
+	_, err = b.c.Get(ctx, ok.ID)
+	require.NoError(t, err)
 }

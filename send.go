@@ -56,6 +56,12 @@ type drive struct {
 	lastErr  string
 	hookFail error
 
+	// lastTry: the current attempt is the last Config.MaxAttempts allows.
+	lastTry bool
+	// yield: a Run worker, which persists a short wait instead of
+	// sleeping when other intents are due before it ends (fairness).
+	yield bool
+
 	// The last response, as classified by checkRetry.
 	body      []byte // read up to MaxBodySize+1 bytes
 	keyReused bool
@@ -139,7 +145,7 @@ func (c *Client) driveClaimed(ctx context.Context, id string, first *claimed) (i
 			// Nothing was sent: hand the claim back at once.
 			now := c.now()
 			_ = c.q.reschedule(context.WithoutCancel(ctx), id, first.token, now, now, time.Time{},
-				&attemptResult{n: first.attempt, errText: "client closed"}, "client closed", false)
+				&attemptResult{n: first.attempt, errText: "client closed"}, first.in.LastError, false)
 		}
 	}
 	if !c.enter() {
@@ -158,6 +164,10 @@ func (c *Client) driveClaimed(ctx context.Context, id string, first *claimed) (i
 		}
 		ch := c.changedCh()
 		cl, err := first, error(nil)
+		if first == nil && c.isExhausted(id) {
+			in, _ := c.q.get(context.WithoutCancel(ctx), id)
+			return in, ErrMaxAttempts
+		}
 		if first == nil {
 			c.takeOver(ctx, id) // held by a dead process? then claim it now
 			cl, err = c.q.claim(ctx, id, c.now(), c.cfg.LeaseDuration, c.plan(c.now()))
@@ -215,8 +225,13 @@ func (c *Client) pendingResult(ctx context.Context, id string) (*Intent, error) 
 	return in, ctx.Err()
 }
 
-// Run sends due intents, Config.Concurrency at a time, until ctx ends or
-// the Client is closed; then it cancels the attempts in flight (their
+// Run sends due intents, Config.Concurrency at a time, oldest due first,
+// until ctx ends or the Client is closed. A worker whose intent must wait
+// before its next attempt sleeps in-process (up to Config.MaxSleep) only
+// while no other intent is due before that: otherwise the wait is written
+// to the queue and the worker takes the next due intent, so every due
+// intent gets attempts, not only the first Concurrency. When ctx ends or
+// the Client is closed, it cancels the attempts in flight (their
 // intents stay pending and are resumed later, by any process) and returns
 // nil. It keeps going through network and server outages: every intent is
 // retried until it ends or its horizon passes. Errors reading the queue
@@ -243,9 +258,13 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		c.takeOver(ctx, "") // leases of dead processes become due now
 		now := c.now()
+		c.runActive.Add(1) // before the claim: Drain must not see a gap
 		cl, err := c.q.claim(ctx, "", now, c.cfg.LeaseDuration, c.plan(now))
 		if err != nil || cl == nil || cl.expired {
+			c.runActive.Add(-1)
 			<-sem
+		} else {
+			c.claimGen.Add(1)
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -265,7 +284,8 @@ func (c *Client) Run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if _, err := c.drive(ctx, cl); err != nil && !errors.Is(err, errLeaseLost) && ctx.Err() == nil {
+			defer c.runActive.Add(-1)
+			if _, err := c.runDrive(ctx, cl); err != nil && !errors.Is(err, errLeaseLost) && ctx.Err() == nil {
 				c.log.Warn("idemkit: drive failed", "intent", cl.in.ID, "error", err)
 			}
 		}()
@@ -296,17 +316,33 @@ func (c *Client) ended(in *Intent) {
 	c.broadcast()
 	c.log.Info("idemkit: intent ended", "intent", in.ID, "key", in.Key, "state", in.State,
 		"attempts", in.Attempts, "error", in.LastError)
+	e := Event{Kind: EventEnded, IntentID: in.ID, Key: in.Key, URL: redact(in.URL), Attempt: in.Attempts,
+		State: in.State, Reason: in.LastError}
+	if in.Outcome != nil {
+		e.Status, e.Replayed = in.Outcome.Status, in.Outcome.Replayed
+	}
+	c.emit(e)
 }
 
 // drive sends a claimed intent, retrying in-process while waits are short,
 // and records the result. It returns the intent as stored afterwards. An
 // errLeaseLost error means another process owns the intent now.
 func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
+	return c.driveAs(ctx, cl, false)
+}
+
+// runDrive is drive for a Run worker: it gives its slot up rather than
+// sleep while other intents are due.
+func (c *Client) runDrive(ctx context.Context, cl *claimed) (*Intent, error) {
+	return c.driveAs(ctx, cl, true)
+}
+
+func (c *Client) driveAs(ctx context.Context, cl *claimed, yield bool) (*Intent, error) {
 	in := cl.in
 	// retries starts at the attempts already made, so the backoff keeps
 	// growing across reschedules and restarts.
 	d := &drive{c: c, in: in, token: cl.token, n: cl.attempt, retries: max(cl.attempt-1, 0),
-		first: in.FirstAttemptAt, horizon: in.Horizon}
+		first: in.FirstAttemptAt, horizon: in.Horizon, yield: yield}
 	d.host = hostOf(in.URL)
 	d.prof = c.cfg.profileFor(in.URL)
 	if u, err := url.Parse(in.URL); err == nil {
@@ -343,7 +379,7 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 	if err := d.sendHook(rreq.Request); err != nil {
 		return c.afterHookFailure(wctx, d, err)
 	}
-	c.log.Debug("idemkit: attempt", "intent", in.ID, "key", in.Key, "attempt", d.n, "url", redact(in.URL))
+	d.started()
 
 	engine := c.engine(d)
 	resp, doErr := engine.Do(rreq)
@@ -384,8 +420,10 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 		err := c.q.finish(wctx, in.ID, d.token, now, StateFailed, nil, msg, d.attempt)
 		return c.after(wctx, in, err)
 	case stopReschedule:
-		c.log.Debug("idemkit: rescheduled", "intent", in.ID, "next", d.next)
 		err := c.q.reschedule(wctx, in.ID, d.token, now, d.next, d.horizon, d.attempt, d.lastErr, false)
+		if err == nil {
+			d.rescheduled(d.next, d.lastErr)
+		}
 		return c.after(wctx, in, err)
 	case stopExpire:
 		msg := "horizon " + formatTime(d.horizon) + " reached without a definitive answer"
@@ -407,7 +445,9 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 		if a.errText == "" {
 			a.errText = "canceled: " + ctx.Err().Error()
 		}
-		_ = c.q.reschedule(wctx, in.ID, d.token, now, now, d.horizon, a, a.errText, false)
+		// The stored last error stays that of the last real attempt: a
+		// stop is not what went wrong with the intent.
+		_ = c.q.reschedule(wctx, in.ID, d.token, now, now, d.horizon, a, d.keptError(), false)
 		return nil, ctx.Err()
 	}
 	// The engine stopped for a reason of its own (it could not rewind the
@@ -423,11 +463,14 @@ func (c *Client) drive(ctx context.Context, cl *claimed) (*Intent, error) {
 		a = nil
 	}
 	if ctx.Err() != nil {
-		_ = c.q.reschedule(wctx, in.ID, d.token, now, now, d.horizon, a, msg, false)
+		_ = c.q.reschedule(wctx, in.ID, d.token, now, now, d.horizon, a, d.keptError(), false)
 		return nil, ctx.Err()
 	}
 	next := now.Add(c.cfg.Backoff(BackoffBaseDefault, BackoffCapDefault, d.retries, nil))
 	err = c.q.reschedule(wctx, in.ID, d.token, now, next, d.horizon, a, msg, false)
+	if err == nil {
+		d.rescheduled(next, msg)
+	}
 	return c.after(wctx, in, err)
 }
 
@@ -457,7 +500,19 @@ func (c *Client) afterHookFailure(ctx context.Context, d *drive, herr error) (*I
 		return c.after(ctx, d.in, err)
 	}
 	err := c.q.reschedule(ctx, d.in.ID, d.token, now, next, d.horizon, &attemptResult{n: d.n, errText: msg}, msg, false)
+	if err == nil {
+		d.rescheduled(next, msg)
+	}
 	return c.after(ctx, d.in, err)
+}
+
+// keptError is the last error to store when a claim stops without an
+// attempt error of its own: that of the last real attempt.
+func (d *drive) keptError() string {
+	if d.lastErr != "" {
+		return d.lastErr
+	}
+	return d.in.LastError
 }
 
 func (d *drive) sendHook(r *http.Request) error {
@@ -519,6 +574,12 @@ func (d *drive) checkRetry(ctx context.Context, resp *http.Response, err error) 
 			}
 			dec = classify(d.prof, resp.StatusCode, resp.Header, body)
 			a.replayed = dec.replayed
+			c.emit(Event{Kind: EventAnswered, IntentID: d.in.ID, Key: d.in.Key, URL: redact(d.in.URL), Attempt: d.n,
+				Status: resp.StatusCode, Replayed: dec.replayed, At: now})
+			if s := resp.StatusCode; s < 500 && s != http.StatusTooManyRequests {
+				// The host answers: those waiting for it need not.
+				c.wakeHost(context.WithoutCancel(ctx), d.host, d.in.ID, now)
+			}
 		}
 	}
 	if err != nil {
@@ -556,6 +617,14 @@ func (d *drive) checkRetry(ctx context.Context, resp *http.Response, err error) 
 	d.retries++
 	serverWait, has := retryAfter(resp, now)
 	next, ok := schedule(now, d.horizon, backoff, serverWait, has, dec.minWait, d.lead())
+	unanswered := resp == nil
+	probe, handoff := false, false
+	if ok && unanswered {
+		var capped time.Time
+		capped, handoff = d.noAnswer(context.WithoutCancel(ctx), now, next)
+		probe = capped.Before(next)
+		next = capped
+	}
 	if ok {
 		// The attempt budget: at most MaxAttemptsPerHour in any hour.
 		oldest, berr := c.q.nthLastAttempt(context.WithoutCancel(ctx), d.in.ID, c.cfg.MaxAttemptsPerHour)
@@ -569,11 +638,31 @@ func (d *drive) checkRetry(ctx context.Context, resp *http.Response, err error) 
 			ok = !next.After(d.horizon)
 		}
 	}
+	persist := ok && (d.lastTry || next.Sub(now) > c.cfg.MaxSleep || (unanswered && next.Sub(now) > probeInterval) ||
+		(d.yield && c.othersDue(ctx, next)))
+	if ok && unanswered {
+		c.probes.planned(d.host, d.in.ID, now, next, persist)
+		if handoff || (probe && next.After(now.Add(probeInterval))) {
+			// Its attempt budget is spent: another intent probes.
+			at := now.Add(probeInterval)
+			if other := c.probes.handoff(d.host, d.in.ID, at); other != "" {
+				_ = c.q.makeDueBy(context.WithoutCancel(ctx), other, at)
+			}
+		}
+	}
 	switch {
 	case !ok:
 		d.stop = stopExpire
 		return false, nil
-	case next.Sub(now) > c.cfg.MaxSleep:
+	case persist:
+		if d.lastTry {
+			c.exhaust(d.in.ID) // pending; this Client claims it no more
+		}
+		// A long wait is written to the queue; so is a short one of a Run
+		// worker while other intents are due before it ends (they get
+		// the slot, this one goes behind them: oldest due first), and
+		// any wait but a probe's for a host that did not answer (its
+		// answer to another intent makes this one due at once).
 		d.stop, d.next = stopReschedule, next
 		return false, nil
 	}
@@ -589,7 +678,16 @@ func (d *drive) checkRetry(ctx context.Context, resp *http.Response, err error) 
 	d.attempt, d.logged = nil, d.n
 	d.wait = next.Sub(now)
 	c.log.Debug("idemkit: retrying", "intent", d.in.ID, "attempt", d.n, "wait", d.wait, "reason", d.lastErr)
+	c.emit(Event{Kind: EventRetrying, IntentID: d.in.ID, Key: d.in.Key, URL: redact(d.in.URL), Attempt: d.n,
+		Reason: d.lastErr, Wait: d.wait, At: now})
 	return true, nil
+}
+
+// othersDue reports whether another intent of this instance is due by
+// next (the claimed one is not: its due time is its lease's end).
+func (c *Client) othersDue(ctx context.Context, next time.Time) bool {
+	due, err := c.q.nextDue(context.WithoutCancel(ctx))
+	return err == nil && !due.IsZero() && !due.After(next)
 }
 
 // prepareRetry runs before every retry: it refuses to start one past the
@@ -617,8 +715,21 @@ func (d *drive) prepareRetry(r *http.Request) error {
 		d.hookFail = err
 		return err
 	}
-	c.log.Debug("idemkit: attempt", "intent", d.in.ID, "key", d.in.Key, "attempt", n, "url", redact(d.in.URL))
+	d.started()
 	return nil
+}
+
+// started announces the attempt d.n.
+func (d *drive) started() {
+	d.lastTry = d.c.tried(d.in.ID)
+	d.c.log.Debug("idemkit: attempt", "intent", d.in.ID, "key", d.in.Key, "attempt", d.n, "url", redact(d.in.URL))
+	d.c.emit(Event{Kind: EventAttemptStarted, IntentID: d.in.ID, Key: d.in.Key, URL: redact(d.in.URL), Attempt: d.n})
+}
+
+// rescheduled announces a wait written to the queue.
+func (d *drive) rescheduled(next time.Time, reason string) {
+	d.c.log.Debug("idemkit: rescheduled", "intent", d.in.ID, "next", next, "reason", reason)
+	d.c.emit(Event{Kind: EventRescheduled, IntentID: d.in.ID, Key: d.in.Key, URL: redact(d.in.URL), Attempt: d.n, Next: next, Reason: reason})
 }
 
 func describe(resp *http.Response, err error) string {

@@ -339,7 +339,7 @@ func TestRetries_AreVisible(t *testing.T) {
 	queue := filepath.Join(t.TempDir(), "q.db")
 	r := runBin(t, binEnv(t), "", "do", "--queue", queue, "--url", dead, "--data", usd40, "--max-attempts", "2", "-v")
 	require.Equal(t, exitInterrupted, r.code, r.stderr)
-	require.Regexp(t, `attempt 1: .*connection refused; retrying in \S+ with the same key`, r.stderr)
+	require.Regexp(t, `attempt 1: .*connection refused; (retrying in \S+|next attempt at \S+) with the same key`, r.stderr)
 	require.Contains(t, r.stderr, "attempt 2: "+strings.TrimSuffix(dead, "/v1/payments"))
 }
 

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -165,7 +167,7 @@ func TestRetryKey(t *testing.T) {
 }
 
 // TestStopped_ShowsTheAttemptError: an intent stopped by --timeout reports
-// the error its attempts got ("connection refused"), not only "context
+// the error its attempts got ("connection refused"), not "context
 // deadline exceeded".
 func TestStopped_ShowsTheAttemptError(t *testing.T) {
 	t.Parallel()
@@ -176,7 +178,7 @@ func TestStopped_ShowsTheAttemptError(t *testing.T) {
 	require.Regexp(t, `pending, attempts=\d+, next_attempt_at=\S+, last_error="[^"]*connection refused"`, errOut)
 	code, out, errOut := cli(t, ctx, "", "show", "--queue", queue, "k")
 	require.Equal(t, 0, code, errOut)
-	require.Regexp(t, `Last error:  .*connection refused \(then: .*\)`, out)
+	require.Regexp(t, `Last error:  .*connection refused\n`, out, "the stored last error is the attempts' own")
 }
 
 // TestRun_MaxAttemptsPerRun: --max-attempts bounds the attempts of this
@@ -196,7 +198,7 @@ func TestRun_MaxAttemptsPerRun(t *testing.T) {
 	require.Contains(t, errOut, "--max-attempts 2 reached with 2 intent(s) pending")
 	require.Contains(t, errOut, "idemkit run --queue")
 	require.Regexp(t, `attempt 1: http://127\.0\.0\.1:\d+/v1/payments\n`, errOut, "-v shows every attempt")
-	require.Regexp(t, `attempt 1: .*connection refused; retrying in`, errOut, "-v shows why it is retried")
+	require.Regexp(t, `attempt 1: .*connection refused; (retrying in|next attempt at)`, errOut, "-v shows why it is retried")
 	for key, before := range map[string]int{"old": 3, "new": 0} {
 		code, out, errOut := cli(t, ctx, "", "show", "--queue", queue, key, "--json")
 		require.Equal(t, 0, code, errOut)
@@ -314,4 +316,97 @@ func TestDo_BodyOnTerminalEndsLine(t *testing.T) {
 		require.Regexp(t, `^\{"charge":\d+\}$`, strings.TrimSuffix(out.String(), "\n"))
 		require.Equal(t, tty, strings.HasSuffix(out.String(), "\n"), "tty=%v: %q", tty, out.String())
 	}
+}
+
+// TestPrune_StateKeepsReceipts: prune --state failed deletes the failed
+// intents and keeps the succeeded ones; --state pending is refused.
+func TestPrune_StateKeepsReceipts(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t)
+	ctx := testCtx(t)
+	queue := filepath.Join(t.TempDir(), "q.db")
+	code, _, errOut := cli(t, ctx, "", "do", "--queue", queue, "--url", a.URL+"/charges", "-H", "Authorization: Bearer x", "--data", "bad", "--key", "bad")
+	require.Equal(t, exitFailed, code, errOut)
+	code, _, errOut = cli(t, ctx, "", "do", "--queue", queue, "--url", a.URL+"/charges", "-H", "Authorization: Bearer x", "--data", "ok", "--key", "ok")
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = cli(t, ctx, "", "prune", "--queue", queue, "--older-than", "0s", "--state", "pending")
+	require.Equal(t, exitError, code, errOut)
+	code, out, errOut := cli(t, ctx, "", "prune", "--queue", queue, "--older-than", "0s", "--state", "failed")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, "1\n", out)
+	code, _, _ = cli(t, ctx, "", "show", "--queue", queue, "ok")
+	require.Equal(t, 0, code, "the receipt is kept")
+	code, _, _ = cli(t, ctx, "", "show", "--queue", queue, "bad")
+	require.NotEqual(t, 0, code, "the failed intent is gone")
+}
+
+// TestRun_WarnsOfMissingCredentials: run without -H for an intent queued
+// with an Authorization header says so before sending; with -H it does
+// not.
+func TestRun_WarnsOfMissingCredentials(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t)
+	ctx := testCtx(t)
+	queue := filepath.Join(t.TempDir(), "q.db")
+	code, _, errOut := cli(t, ctx, "", "submit", "--queue", queue, "--url", a.URL+"/charges", "-H", "Authorization: Bearer x", "--data", "ok", "--key", "k")
+	require.Equal(t, 0, code, errOut)
+	code, out, errOut := cli(t, ctx, "", "show", "--queue", queue, "k")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "Authorization: (not stored: give it with -H when resuming)")
+	code, out, errOut = cli(t, ctx, "", "show", "--queue", queue, "k", "--json")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, `"credential_headers":["Authorization"]`)
+	require.NotContains(t, out, "Bearer x")
+	code, _, errOut = cli(t, ctx, "", "run", "--queue", queue, "--until-done")
+	require.Equal(t, exitFailed, code, errOut)
+	require.Regexp(t, `idemkit: \w+ was queued with Authorization, which this run does not send \(never stored\): give -H 'Authorization: …'`, errOut)
+	require.Less(t, strings.Index(errOut, "was queued with Authorization"), strings.Index(errOut, "401"), "said before the answer")
+
+	code, _, errOut = cli(t, ctx, "", "submit", "--queue", queue, "--url", a.URL+"/charges", "-H", "Authorization: Bearer x", "--data", "ok", "--key", "k2")
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = cli(t, ctx, "", "run", "--queue", queue, "--until-done", "-H", "Authorization: Bearer x")
+	require.Equal(t, 0, code, errOut)
+	require.NotContains(t, errOut, "was queued with")
+}
+
+// TestDo_ProfileChoosesTheDialect: --profile NAME sends every host the
+// profile's key header; --profile HOST=NAME only that host; an unknown
+// name is a usage error listing the known ones.
+func TestDo_ProfileChoosesTheDialect(t *testing.T) {
+	t.Parallel()
+	got := make(chan http.Header, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(srv.Close)
+	ctx := testCtx(t)
+	queue := filepath.Join(t.TempDir(), "q.db")
+	host := strings.TrimPrefix(srv.URL, "http://")
+
+	code, _, errOut := cli(t, ctx, "", "do", "--queue", queue, "--url", srv.URL, "--key", "k1", "--profile", "checkout")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, "k1", (<-got).Get("Cko-Idempotency-Key"))
+
+	code, _, errOut = cli(t, ctx, "", "do", "--queue", queue, "--url", srv.URL, "--key", "k2", "--profile", host+"=paypal")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, "k2", (<-got).Get("PayPal-Request-Id"))
+
+	code, _, errOut = cli(t, ctx, "", "do", "--queue", queue, "--url", srv.URL, "--key", "k3", "--profile", "nope")
+	require.Equal(t, exitError, code)
+	require.Contains(t, errOut, `unknown profile "nope": want one of idemkit, ietf, stripe, adyen, checkout, paypal`)
+}
+
+// TestRun_ResumeHintNamesQueuedCredentials: a run stopped with work left
+// prints a resume command that asks for the credential headers the
+// pending intents were queued with, even when this run was given none.
+func TestRun_ResumeHintNamesQueuedCredentials(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	queue := filepath.Join(t.TempDir(), "q.db")
+	code, _, errOut := cli(t, ctx, "", "submit", "--queue", queue, "--url", deadURL(t), "-H", "X-Api-Key: k", "--key", "k")
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = cli(t, ctx, "", "run", "--queue", queue, "--until-done", "--timeout", "300ms")
+	require.Equal(t, exitInterrupted, code, errOut)
+	require.Regexp(t, `idemkit run --queue \S+ --until-done .*-H 'X-Api-Key: …'`, errOut)
 }

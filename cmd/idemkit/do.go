@@ -77,6 +77,9 @@ queued and do prints the 'idemkit run' command that finishes it with the same ke
 				if ctx.Err() == nil && err != nil {
 					why = err.Error()
 				}
+				if errors.Is(err, idemkit.ErrMaxAttempts) {
+					why = errMaxAttempts{sf.maxAttempts}.Error()
+				}
 				if g.json {
 					if jerr := printIntent(cmd, c, in, true); jerr != nil {
 						return jerr

@@ -5,20 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
-)
 
-// The SDK has no event hook: the CLI learns about attempts, retries and
-// ends from the messages of Config.Logger (see send.go). These are the
-// messages it reads.
-const (
-	msgAttempt     = "idemkit: attempt"
-	msgRetrying    = "idemkit: retrying"
-	msgRescheduled = "idemkit: rescheduled"
-	msgEnded       = "idemkit: intent ended"
+	"github.com/idemkit/idemkit"
 )
 
 // tracker follows what this process does to intents: it prints attempts and
@@ -28,54 +20,34 @@ type tracker struct {
 	// verbose prints every attempt; retries prints why an attempt is
 	// retried (always with verbose).
 	verbose, retries bool
-	// maxAttempts bounds the attempts this process makes per intent (0: no
-	// bound). The SDK cannot bound them: the send hook refuses the attempt
-	// past the bound and onExhausted is called.
+	// maxAttempts is Config.MaxAttempts (0: no bound): an intent
+	// rescheduled after that many attempts here is exhausted, and
+	// onExhausted is called.
 	maxAttempts int
 	onExhausted func(id string)
 
 	mu        sync.Mutex
-	attempts  map[string]int    // intent id -> attempts started here (this process's count)
-	sent      map[string]int    // key as sent -> attempts the send hook let through
-	keyID     map[string]string // key as sent -> intent id
-	exhausted map[string]bool   // intent ids that reached maxAttempts
-	ended     []string          // ids that ended here, in order
+	attempts  map[string]int  // intent id -> attempts started here (this process's count)
+	exhausted map[string]bool // intent ids that reached maxAttempts
+	ended     []string        // ids that ended here, in order
 	endedSeen map[string]bool
 }
 
 func newTracker(w io.Writer, verbose, retries bool, maxAttempts int) *tracker {
 	return &tracker{w: w, verbose: verbose, retries: retries || verbose, maxAttempts: maxAttempts,
-		attempts: map[string]int{}, sent: map[string]int{}, keyID: map[string]string{},
+		attempts:  map[string]int{},
 		exhausted: map[string]bool{}, endedSeen: map[string]bool{}}
 }
 
-// logger is the Config.Logger that feeds the tracker.
+// logger is the Config.Logger: it prints the SDK's warnings (what
+// happens to intents comes from onEvent).
 func (t *tracker) logger() *slog.Logger { return slog.New(&trackHandler{t: t}) }
 
-// errMaxAttempts is the send hook's refusal past --max-attempts.
+// errMaxAttempts is why an intent stopped at --max-attempts.
 type errMaxAttempts struct{ n int }
 
 func (e errMaxAttempts) Error() string {
 	return fmt.Sprintf("--max-attempts %d reached in this run; the intent stays pending", e.n)
-}
-
-// sendHook counts the attempts of each key and refuses the one past
-// --max-attempts. It runs before every attempt.
-func (t *tracker) sendHook(r *http.Request) error {
-	if t.maxAttempts <= 0 {
-		return nil
-	}
-	key := r.Header.Get("Idempotency-Key")
-	t.mu.Lock()
-	t.sent[key]++
-	over := t.sent[key] > t.maxAttempts
-	id := t.keyID[key]
-	t.mu.Unlock()
-	if over {
-		t.exhaust(id)
-		return errMaxAttempts{t.maxAttempts}
-	}
-	return nil
 }
 
 func (t *tracker) exhaust(id string) {
@@ -142,43 +114,29 @@ func (t *tracker) printf(format string, args ...any) {
 	fmt.Fprintf(t.w, "idemkit: "+format+"\n", args...)
 }
 
-// event handles one SDK log record.
-func (t *tracker) event(level slog.Level, msg string, a map[string]slog.Value) {
-	id := a["intent"].String()
-	switch msg {
-	case msgAttempt:
-		n := intAttr(a["attempt"])
+// onEvent is the Config.OnEventFunc: it follows every step of the
+// intents this process sends.
+func (t *tracker) onEvent(e idemkit.Event) {
+	id := e.IntentID
+	switch e.Kind {
+	case idemkit.EventAttemptStarted:
 		t.mu.Lock()
 		t.attempts[id]++
-		if k, ok := a["key"]; ok {
-			t.keyID[k.String()] = id
-		}
 		t.mu.Unlock()
 		if t.verbose {
-			t.printf("%s attempt %d: %s", shortID(id), n, a["url"].String())
+			t.printf("%s attempt %d: %s", shortID(id), e.Attempt, e.URL)
 		}
-	case msgRetrying:
+	case idemkit.EventRetrying:
 		if t.retries {
-			wait := durAttr(a["wait"]).Round(time.Millisecond)
-			t.printf("%s attempt %d: %s; retrying in %v with the same key", shortID(id), intAttr(a["attempt"]), a["reason"].String(), wait)
+			t.printf("%s attempt %d: %s; retrying in %v with the same key", shortID(id), e.Attempt, e.Reason, e.Wait.Round(time.Millisecond))
 		}
-		t.mu.Lock()
-		n := t.attempts[id]
-		t.mu.Unlock()
-		if t.maxAttempts > 0 && n >= t.maxAttempts {
-			t.exhaust(id)
-		}
-	case msgRescheduled:
+		t.checkExhausted(id)
+	case idemkit.EventRescheduled:
 		if t.retries {
-			t.printf("%s: no definitive answer; next attempt at %s (the wait is written to the queue)", shortID(id), fmtTime(timeAttr(a["next"])))
+			t.printf("%s attempt %d: %s; next attempt at %s with the same key (the wait is written to the queue)", shortID(id), e.Attempt, e.Reason, fmtTime(e.Next))
 		}
-		t.mu.Lock()
-		n := t.attempts[id]
-		t.mu.Unlock()
-		if t.maxAttempts > 0 && n >= t.maxAttempts {
-			t.exhaust(id)
-		}
-	case msgEnded:
+		t.checkExhausted(id)
+	case idemkit.EventEnded:
 		t.mu.Lock()
 		if !t.endedSeen[id] {
 			t.endedSeen[id] = true
@@ -186,27 +144,41 @@ func (t *tracker) event(level slog.Level, msg string, a map[string]slog.Value) {
 		}
 		t.mu.Unlock()
 		if t.verbose {
-			line := fmt.Sprintf("%s ended %s after %d attempt(s)", shortID(id), a["state"].String(), intAttr(a["attempts"]))
-			if e := a["error"].String(); e != "" {
-				line += ": " + e
+			line := fmt.Sprintf("%s ended %s after %d attempt(s)", shortID(id), e.State, e.Attempt)
+			if e.Reason != "" {
+				line += ": " + e.Reason
 			}
 			t.printf("%s", line)
 		}
-	default:
-		if level >= slog.LevelWarn {
-			var parts []string
-			for k, v := range a {
-				parts = append(parts, k+"="+v.String())
-			}
-			t.printf("%s %s", strings.TrimPrefix(msg, "idemkit: "), strings.Join(parts, " "))
-		}
 	}
+}
+
+// checkExhausted marks an intent that is retried after --max-attempts
+// attempts here.
+func (t *tracker) checkExhausted(id string) {
+	t.mu.Lock()
+	n := t.attempts[id]
+	t.mu.Unlock()
+	if t.maxAttempts > 0 && n >= t.maxAttempts {
+		t.exhaust(id)
+	}
+}
+
+// warn prints an SDK log record at WARN or above (the SDK's own
+// problems: a claim that failed, a queue opened elsewhere).
+func (t *tracker) warn(msg string, a map[string]slog.Value) {
+	parts := make([]string, 0, len(a))
+	for k, v := range a {
+		parts = append(parts, k+"="+v.String())
+	}
+	slices.Sort(parts)
+	t.printf("%s %s", strings.TrimPrefix(msg, "idemkit: "), strings.Join(parts, " "))
 }
 
 // trackHandler is a slog.Handler that hands every record to a tracker.
 type trackHandler struct{ t *tracker }
 
-func (h *trackHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *trackHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
 
 func (h *trackHandler) Handle(_ context.Context, r slog.Record) error {
 	a := make(map[string]slog.Value, r.NumAttrs())
@@ -214,35 +186,9 @@ func (h *trackHandler) Handle(_ context.Context, r slog.Record) error {
 		a[at.Key] = at.Value.Resolve()
 		return true
 	})
-	h.t.event(r.Level, r.Message, a)
+	h.t.warn(r.Message, a)
 	return nil
 }
 
 func (h *trackHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *trackHandler) WithGroup(string) slog.Handler      { return h }
-
-// The accessors of slog.Value panic on another kind: these do not.
-
-func intAttr(v slog.Value) int {
-	switch v.Kind() {
-	case slog.KindInt64:
-		return int(v.Int64())
-	case slog.KindUint64:
-		return int(v.Uint64())
-	}
-	return 0
-}
-
-func durAttr(v slog.Value) time.Duration {
-	if v.Kind() == slog.KindDuration {
-		return v.Duration()
-	}
-	return 0
-}
-
-func timeAttr(v slog.Value) time.Time {
-	if v.Kind() == slog.KindTime {
-		return v.Time()
-	}
-	return time.Time{}
-}

@@ -54,25 +54,41 @@ Prints the intent (with --json: one JSON object).`,
 }
 
 func newPruneCmd(e *env, g *globals) *cobra.Command {
-	var olderThan time.Duration
+	var (
+		olderThan time.Duration
+		stateArgs []string
+	)
 	cmd := &cobra.Command{
-		Use:   "prune [--older-than 168h]",
+		Use:   "prune [--older-than 168h] [--state failed]...",
 		Short: "Delete terminal intents last updated before --older-than ago; print how many",
 		Long: `prune deletes the intents that ended (succeeded, failed, expired, canceled) and were
 last updated more than --older-than ago, with their attempt logs, and prints how many (with
 --json: {"deleted": N}). Pending intents are never pruned. Succeeded intents are receipts:
-keep --older-than above the time you may need them.`,
+keep --older-than above the time you may need them, or give --state (repeatable: failed,
+expired, canceled, succeeded) to delete only intents in those states:
+'idemkit prune --older-than 0s --state failed' keeps every receipt.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if olderThan < 0 {
 				return usagef("--older-than %v: must not be negative", olderThan)
+			}
+			var states []idemkit.IntentState
+			for _, a := range stateArgs {
+				st, err := parseState(a)
+				if err != nil {
+					return err
+				}
+				if st == idemkit.StatePending {
+					return usagef("--state pending: pending intents are never pruned (cancel them first)")
+				}
+				states = append(states, st)
 			}
 			c, _, err := g.openExisting(cmd.Context(), e)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			n, err := c.Prune(cmd.Context(), olderThan)
+			n, err := c.Prune(cmd.Context(), olderThan, states...)
 			if err != nil {
 				return err
 			}
@@ -84,6 +100,7 @@ keep --older-than above the time you may need them.`,
 		},
 	}
 	cmd.Flags().DurationVar(&olderThan, "older-than", 7*24*time.Hour, "minimum age of the intents to delete")
+	cmd.Flags().StringArrayVar(&stateArgs, "state", nil, "delete only intents in this state (repeatable): succeeded, failed, expired, canceled")
 	return cmd
 }
 

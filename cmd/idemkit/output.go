@@ -19,25 +19,28 @@ import (
 // with the request, outcome and attempt log: show and do). The fields up to
 // LastError are always present (null when they do not apply).
 type intentJSON struct {
-	ID             string        `json:"id"`
-	Key            string        `json:"key"`
-	State          string        `json:"state"`
-	Status         *int          `json:"status"`
-	Replayed       bool          `json:"replayed"`
-	Attempts       int           `json:"attempts"`
-	NextAttemptAt  *time.Time    `json:"next_attempt_at"`
-	LastError      string        `json:"last_error"`
-	Method         string        `json:"method"`
-	URL            string        `json:"url"`
-	FirstAttemptAt *time.Time    `json:"first_attempt_at,omitempty"`
-	Horizon        *time.Time    `json:"horizon,omitempty"`
-	CreatedAt      time.Time     `json:"created_at"`
-	UpdatedAt      time.Time     `json:"updated_at"`
-	Header         any           `json:"header,omitempty"`
-	Body           *string       `json:"body,omitempty"`
-	BodyBase64     []byte        `json:"body_base64,omitempty"`
-	Outcome        *outcomeJSON  `json:"outcome,omitempty"`
-	AttemptLog     []attemptJSON `json:"attempt_log,omitempty"`
+	ID             string     `json:"id"`
+	Key            string     `json:"key"`
+	State          string     `json:"state"`
+	Status         *int       `json:"status"`
+	Replayed       bool       `json:"replayed"`
+	Attempts       int        `json:"attempts"`
+	NextAttemptAt  *time.Time `json:"next_attempt_at"`
+	LastError      string     `json:"last_error"`
+	Method         string     `json:"method"`
+	URL            string     `json:"url"`
+	FirstAttemptAt *time.Time `json:"first_attempt_at,omitempty"`
+	Horizon        *time.Time `json:"horizon,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+	Header         any        `json:"header,omitempty"`
+	// CredentialHeaders names the credential headers the request had
+	// (never their values: they are not stored).
+	CredentialHeaders []string      `json:"credential_headers,omitempty"`
+	Body              *string       `json:"body,omitempty"`
+	BodyBase64        []byte        `json:"body_base64,omitempty"`
+	Outcome           *outcomeJSON  `json:"outcome,omitempty"`
+	AttemptLog        []attemptJSON `json:"attempt_log,omitempty"`
 }
 
 type outcomeJSON struct {
@@ -97,6 +100,7 @@ func toJSON(in *idemkit.Intent) *intentJSON {
 func toFullJSON(in *idemkit.Intent, log []*idemkit.Attempt) *intentJSON {
 	j := toJSON(in)
 	j.Header = in.Header
+	j.CredentialHeaders = in.CredentialHeaders
 	j.Body, j.BodyBase64 = bodyFields(in.Body)
 	if in.Outcome != nil {
 		o := &outcomeJSON{Status: in.Outcome.Status, Replayed: in.Outcome.Replayed, Header: in.Outcome.Header}

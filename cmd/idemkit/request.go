@@ -99,11 +99,19 @@ type sendFlags struct {
 	timeout     time.Duration
 	window      time.Duration
 	maxAttempts int
+	profiles    []string // --profile NAME or HOST=NAME
+
+	profile     *idemkit.Profile           // for every host
+	hostProfile map[string]idemkit.Profile // per host
 }
+
+// profileNames are the names KnownProfile knows.
+var profileNames = []string{"idemkit", "ietf", "stripe", "adyen", "checkout", "paypal"}
 
 func (f *sendFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 0, "stop after this long (0: no limit); work left stays queued (exit 2)")
 	cmd.Flags().DurationVar(&f.window, "window", 0, "the server's idempotency window, if shorter than 24h: no attempt starts after it (default 24h, or less if the server advertises it)")
+	cmd.Flags().StringArrayVar(&f.profiles, "profile", nil, "the server's idempotency dialect: NAME for every host, or HOST=NAME (host or host:port) for one (repeatable); NAME is one of "+strings.Join(profileNames, ", ")+" (default idemkit)")
 	cmd.Flags().IntVar(&f.maxAttempts, "max-attempts", 0, "at most this many attempts per intent in this run (0: until the window ends); the intent stays pending (exit 2)")
 }
 
@@ -115,6 +123,29 @@ func (f *sendFlags) validate() error {
 		return usagef("--window %v: must be at least 1s", f.window)
 	case f.maxAttempts < 0:
 		return usagef("--max-attempts %d: must not be negative", f.maxAttempts)
+	}
+	for _, v := range f.profiles {
+		host, name, perHost := strings.Cut(v, "=")
+		if !perHost {
+			name, host = host, ""
+		}
+		p, ok := idemkit.KnownProfile(name)
+		if !ok {
+			return usagef("--profile %q: unknown profile %q: want one of %s", v, name, strings.Join(profileNames, ", "))
+		}
+		switch {
+		case !perHost && f.profile != nil:
+			return usagef("--profile %q: a profile for every host is given twice", v)
+		case !perHost:
+			f.profile = &p
+		case host == "" || strings.ContainsAny(host, "/?#@ "):
+			return usagef("--profile %q: want HOST=NAME with HOST as in the URL (api.stripe.com or host:port)", v)
+		default:
+			if f.hostProfile == nil {
+				f.hostProfile = map[string]idemkit.Profile{}
+			}
+			f.hostProfile[strings.ToLower(host)] = p
+		}
 	}
 	return nil
 }
@@ -133,15 +164,17 @@ type errTimeout struct{ d time.Duration }
 func (e errTimeout) Error() string { return fmt.Sprintf("--timeout %v reached", e.d) }
 
 // config is the SDK configuration of a sending command: the tracker's
-// logger and send hook, then hook (credentials), and the window.
+// logger and event hook, --max-attempts, the send hook (credentials) and
+// the window.
 func (f *sendFlags) config(t *tracker, hook func(*http.Request) error) *idemkit.Config {
 	return &idemkit.Config{
-		Window: f.window,
-		Logger: t.logger(),
+		Window:      f.window,
+		MaxAttempts: f.maxAttempts,
+		Profile:     f.profile,
+		Profiles:    f.hostProfile,
+		Logger:      t.logger(),
+		OnEventFunc: t.onEvent,
 		SendHookFunc: func(_ string, r *http.Request) error {
-			if err := t.sendHook(r); err != nil {
-				return err
-			}
 			if hook != nil {
 				return hook(r)
 			}

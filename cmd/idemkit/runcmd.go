@@ -120,6 +120,9 @@ submit); with --until-done a missing queue means nothing to do (exit 0).`,
 			}
 			r := &runner{e: e, g: g, c: c, t: t, p: p, creds: credentialsIn(h), queue: qf.path, window: sf.window}
 			r.scope = scope
+			if err := r.warnMissingCredentials(setup, h); err != nil {
+				return err
+			}
 			if !untilDone {
 				return r.forever(ctx)
 			}
@@ -197,6 +200,35 @@ func (r *runner) printEnded(in *idemkit.Intent) error {
 	return nil
 }
 
+// warnMissingCredentials says, before anything is sent, which pending
+// intents were queued with credential headers this run does not give
+// them (the queue holds their names, never their values).
+func (r *runner) warnMissingCredentials(ctx context.Context, h http.Header) error {
+	pending, err := listAll(ctx, r.c, idemkit.StatePending)
+	if err != nil && !errors.Is(err, idemkit.ErrQueueCorrupt) {
+		return err
+	}
+	for _, in := range pending {
+		var missing []string
+		u, perr := url.Parse(in.URL)
+		for _, name := range in.CredentialHeaders {
+			if h.Get(name) == "" || perr != nil || !r.scope.covers(u) {
+				missing = append(missing, name)
+			}
+		}
+		if len(missing) == 0 {
+			continue
+		}
+		flags := make([]string, len(missing))
+		for i, m := range missing {
+			flags[i] = "-H " + shellQuote(m+": …")
+		}
+		fmt.Fprintf(r.e.stderr, "idemkit: %s was queued with %s, which this run does not send (never stored): give %s, or expect a 401/403\n",
+			shortID(in.ID), strings.Join(missing, ", "), strings.Join(flags, " "))
+	}
+	return nil
+}
+
 // forever is run without --until-done: until ctx ends. SIGTERM exits 0;
 // --timeout with intents pending exits 2.
 func (r *runner) forever(ctx context.Context) error {
@@ -235,7 +267,22 @@ func (r *runner) interrupted(why string, pending int) error {
 		abs = r.queue
 	}
 	return &statusError{code: exitInterrupted, err: fmt.Errorf("%s with %d intent(s) pending; they stay queued: resume (same keys) with:\n  %s",
-		why, pending, resumeHint(abs, r.window, r.scope.String(), r.creds))}
+		why, pending, resumeHint(abs, r.window, r.scope.String(), r.neededCredentials()))}
+}
+
+// neededCredentials are the credential headers the resume command needs:
+// those given with -H and those the pending intents were queued with.
+func (r *runner) neededCredentials() []string {
+	names := slices.Clone(r.creds)
+	pending, _ := listAll(context.Background(), r.c, idemkit.StatePending)
+	for _, in := range pending {
+		for _, n := range in.CredentialHeaders {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	return names
 }
 
 func (r *runner) untilDone(ctx context.Context, all bool) error {
@@ -452,12 +499,26 @@ func (s *hostScope) matches(u *url.URL) bool {
 		return true // no -H
 	}
 	s.mu.Lock()
+	if s.host == "" && s.origin == "" {
+		s.origin = originOf(u)
+	}
+	s.mu.Unlock()
+	return s.covers(u)
+}
+
+// covers reports whether -H would go to u, without fixing an inferred
+// scope (matches does).
+func (s *hostScope) covers(u *url.URL) bool {
+	if s == nil {
+		return true
+	}
+	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.host != "":
 		return strings.ToLower(u.Host) == s.host
 	case s.origin == "":
-		s.origin = originOf(u)
+		return true
 	}
 	return originOf(u) == s.origin
 }

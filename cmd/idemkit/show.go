@@ -45,6 +45,9 @@ header, body, outcome and attempt_log.`,
 			}
 			fmt.Fprintf(w, "Request:     %s %s\n", in.Method, in.URL)
 			printHeader(w, "             ", in.Header)
+			for _, n := range in.CredentialHeaders {
+				fmt.Fprintf(w, "             %s: (not stored: give it with -H when resuming)\n", n)
+			}
 			fmt.Fprintf(w, "Body:        %d bytes\nAttempts:    %d\nCreated:     %s\n", len(in.Body), in.Attempts, fmtTime(in.CreatedAt))
 			fmt.Fprintf(w, "First try:   %s\nHorizon:     %s\n", fmtTime(in.FirstAttemptAt), fmtTime(in.Horizon))
 			if in.State == idemkit.StatePending {

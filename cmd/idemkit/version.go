@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"database/sql"
 	"fmt"
 	"runtime/debug"
 	"strings"
@@ -47,24 +45,5 @@ func versionString() string {
 	return fmt.Sprintf("idemkit %s (%s)", v, strings.Join(extra, ", "))
 }
 
-// queueSchemaVersion is the highest queue migration this binary applies,
-// read from an in-memory queue it migrates (the SDK does not export it).
-func queueSchemaVersion() string {
-	ctx := context.Background()
-	db, err := sql.Open("sqlite", ":memory:")
-	if err != nil {
-		return "unknown (" + err.Error() + ")"
-	}
-	defer db.Close()
-	db.SetMaxOpenConns(1) // one connection: one in-memory database
-	c, err := idemkit.NewClient(ctx, db, nil)
-	if err != nil {
-		return "unknown (" + err.Error() + ")"
-	}
-	defer c.Close()
-	var v int
-	if err := db.QueryRowContext(ctx, `SELECT MAX(version) FROM idemkit_client_migrations`).Scan(&v); err != nil {
-		return "unknown (" + err.Error() + ")"
-	}
-	return fmt.Sprint(v)
-}
+// queueSchemaVersion is the queue schema version this binary writes.
+func queueSchemaVersion() string { return fmt.Sprint(idemkit.QueueSchemaVersion) }

@@ -1,0 +1,90 @@
+package idemkit
+
+import (
+	"context"
+	"time"
+)
+
+// Drain sends every due intent of this queue (as Run does, with Run's
+// workers) and returns once nothing is left to send soon, or when ctx
+// ends. Nothing is left to send soon when no Run worker of this Client is
+// busy and every pending intent this process may send is due later than
+// both now plus Config.MaxSleep and ctx's deadline (if it has one): a long
+// Retry-After, a persisted backoff, another process's lease. With no
+// pending intent at all, it returns as soon as the last one ended. Short
+// retries (waits up to MaxSleep) are waited out. Intents queued at another
+// instance (see Client.Adopt) are not counted.
+//
+// It returns the number of intents in each state (as Counts) when it
+// returns, and nil, or ctx's error if ctx ended first (attempts in flight
+// are then canceled and their intents stay pending, as with Run), or
+// ErrClosed if the Client was closed.
+func (c *Client) Drain(ctx context.Context) (map[IntentState]int, error) {
+	if !c.enter() {
+		return nil, ErrClosed
+	}
+	defer c.wg.Done()
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+
+	var err error
+	for {
+		ch := c.changedCh()
+		idle, derr := c.drained(ctx)
+		if derr == nil && idle {
+			break
+		}
+		t := time.NewTimer(c.cfg.pollInterval)
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-c.closeCtx.Done():
+			err = ErrClosed
+		case <-ch:
+		case <-t.C:
+		}
+		t.Stop()
+		if err != nil {
+			break
+		}
+	}
+	cancel()
+	if rerr := <-done; rerr != nil && err == nil {
+		err = rerr
+	}
+	counts, cerr := c.q.counts(context.WithoutCancel(ctx))
+	if err == nil {
+		err = cerr
+	}
+	return counts, err
+}
+
+// drained reports whether Drain may return: no Run worker busy, before
+// and after reading the earliest due time (a claim in between would hide
+// its intent), and that time beyond the limit.
+func (c *Client) drained(ctx context.Context) (bool, error) {
+	gen := c.claimGen.Load()
+	if c.runActive.Load() != 0 {
+		return false, nil
+	}
+	next, err := c.q.nextDue(ctx)
+	if err != nil {
+		return false, err
+	}
+	if c.runActive.Load() != 0 || c.claimGen.Load() != gen {
+		return false, nil
+	}
+	if next.IsZero() {
+		return true, nil
+	}
+	now := c.now()
+	limit := now.Add(c.cfg.MaxSleep)
+	if dl, ok := ctx.Deadline(); ok {
+		if d := now.Add(time.Until(dl)); d.After(limit) {
+			limit = d
+		}
+	}
+	return next.After(limit), nil
+}

@@ -1,0 +1,136 @@
+package idemkit
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// probeInterval is the longest a host that stopped answering goes without
+// an attempt from this process while it has intents for it: one of them,
+// the probe, retries at this interval (the others keep their backoff).
+const probeInterval = time.Second
+
+// probes is how a Client notices that an unreachable host is back. While
+// attempts on a host get no answer (a transport error), one intent per
+// host is its probe: its wait is capped at probeInterval. The others wait
+// their normal backoff, written to the queue. When any attempt on the host
+// gets an answer, the intents waiting for it are made due at once. A probe
+// that spent half its attempt budget (Config.MaxAttemptsPerHour) hands
+// the probe to another waiting intent of the host.
+type probes struct {
+	mu sync.Mutex
+	// probe is, per host, the intent probing it and when it tries next.
+	probe map[string]probeSlot
+	// waiting is, per host, the intents rescheduled after getting no
+	// answer from it.
+	waiting map[string]map[string]bool
+}
+
+type probeSlot struct {
+	id string
+	at time.Time
+}
+
+// wants reports whether intent id, whose attempt on host just got no
+// answer at now, must be the host's probe: no other intent tries the host
+// within probeInterval.
+func (p *probes) wants(host, id string, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s, ok := p.probe[host]
+	return !ok || s.id == id || !s.at.After(now) || s.at.After(now.Add(probeInterval))
+}
+
+// planned records when intent id, which got no answer from host, tries
+// next; it becomes the probe if that is within probeInterval of now.
+func (p *probes) planned(host, id string, now, next time.Time, persisted bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.probe == nil {
+		p.probe, p.waiting = map[string]probeSlot{}, map[string]map[string]bool{}
+	}
+	if !next.After(now.Add(probeInterval)) {
+		p.probe[host] = probeSlot{id: id, at: next}
+	} else if s := p.probe[host]; s.id == id {
+		delete(p.probe, host)
+	}
+	if persisted {
+		if p.waiting[host] == nil {
+			p.waiting[host] = map[string]bool{}
+		}
+		p.waiting[host][id] = true
+	}
+}
+
+// answered forgets host's probe and returns the intents waiting for it.
+func (p *probes) answered(host, id string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.probe, host)
+	w := p.waiting[host]
+	delete(w, id)
+	if len(w) == 0 {
+		return nil
+	}
+	delete(p.waiting, host)
+	out := make([]string, 0, len(w))
+	for other := range w {
+		out = append(out, other)
+	}
+	return out
+}
+
+// handoff picks another waiting intent of host to probe at next.
+func (p *probes) handoff(host, id string, next time.Time) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for other := range p.waiting[host] {
+		if other != id {
+			p.probe[host] = probeSlot{id: other, at: next}
+			return other
+		}
+	}
+	return ""
+}
+
+// noAnswer plans the next attempt of an intent whose attempt on d.host
+// got no answer, given the policy's next: capped at probeInterval if it
+// is the host's probe. A probe spends at most half of its
+// MaxAttemptsPerHour budget probing (the rest is for its own backoff):
+// past that, handoff is true and another waiting intent probes. The budget
+// itself is applied by the caller.
+func (d *drive) noAnswer(ctx context.Context, now, next time.Time) (_ time.Time, handoff bool) {
+	if !d.c.probes.wants(d.host, d.in.ID, now) {
+		return next, false
+	}
+	if half := d.c.cfg.MaxAttemptsPerHour / 2; half > 0 {
+		t, err := d.c.q.nthLastAttempt(ctx, d.in.ID, half)
+		if err != nil || (!t.IsZero() && t.After(now.Add(-time.Hour))) {
+			return next, true
+		}
+	}
+	if p := now.Add(probeInterval); p.Before(next) {
+		return p, false
+	}
+	return next, false
+}
+
+// wakeHost makes the intents waiting for host (other than id, which just
+// got an answer from it) due now: the host is reachable again.
+func (c *Client) wakeHost(ctx context.Context, host, id string, now time.Time) {
+	ids := c.probes.answered(host, id)
+	if len(ids) == 0 {
+		return
+	}
+	n, err := c.q.makeDue(ctx, ids, now)
+	if err != nil {
+		c.log.Warn("idemkit: could not make the intents waiting for a host due", "host", host, "error", err)
+		return
+	}
+	if n > 0 {
+		c.log.Debug("idemkit: host answers again: its waiting intents are due now", "host", host, "intents", n)
+		c.poke()
+		c.broadcast()
+	}
+}
