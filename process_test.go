@@ -179,8 +179,11 @@ func TestMultiProcess_NeverInFlightTwice(t *testing.T) {
 		_, err := b.c.Submit(ctx, &Request{URL: fmt.Sprintf("%s/i/%d", b.srv.URL, i)})
 		require.NoError(t, err)
 	}
-	c1 := startChild(t, "run", "one", b.path, b.srv.URL)
-	c2 := startChild(t, "run", "two", b.path, b.srv.URL)
+	// Both children live: no lease may lapse, so a long lease (a 3 s lease can
+	// lapse under CPU load between an answer and its recorded outcome, and the
+	// other child then sends the same key again, which is what leases allow).
+	c1 := startChild(t, "run", "one", b.path, b.srv.URL, childLeaseEnv+"=60s")
+	c2 := startChild(t, "run", "two", b.path, b.srv.URL, childLeaseEnv+"=60s")
 	require.NoError(t, c1.Wait())
 	require.NoError(t, c2.Wait())
 
