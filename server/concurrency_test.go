@@ -21,7 +21,13 @@ func TestMiddleware_SameKeyConcurrently(t *testing.T) {
 	t.Parallel()
 	const n = 64
 	forEachStoreAndMode(t, func(t *testing.T, kind string, mode Mode) {
-		b := mwSetup(t, kind, mode, func(c *Config) { c.LockTimeout = 3 * time.Second })
+		// This test is about one execution among racing requests, not about
+		// how long SQLite's single writer may queue 64 fsynced claims: on a
+		// loaded machine they can take longer than StoreTimeout's 5 s default.
+		b := mwSetup(t, kind, mode, func(c *Config) {
+			c.LockTimeout = 3 * time.Second
+			c.StoreTimeout = 30 * time.Second
+		})
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 
