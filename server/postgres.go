@@ -246,6 +246,32 @@ WHERE k.expires_at <= EXCLUDED.created_at
        AND k.fingerprint_version = EXCLUDED.fingerprint_version)
 RETURNING token, created_at, (SELECT now FROM c)`
 
+	// pgClaimOrRead is the claim of a fresh scope and, when the scope has a
+	// row, the read of it, in one statement that neither locks nor writes
+	// that row: a replay commits nothing. Its first column says whether it
+	// inserted (the row is the claim, token 1); otherwise the second says
+	// whether the existing row is expired or a lapsed lease this request may
+	// take over, which pgClaim then does under the row lock. No row at all
+	// means the conflicting row was committed after this statement's
+	// snapshot, or deleted: the caller asks again.
+	pgClaimOrRead = `WITH c AS (SELECT coalesce($6::timestamptz, clock_timestamp()) AS now),
+ins AS (
+    INSERT INTO idempotency_keys
+        (principal, endpoint, key, state, fingerprint, fingerprint_version, token, locked_until, created_at, expires_at)
+    SELECT $1, $2, $3, 'in_progress', $4, $5, 1,
+        c.now + $7::bigint * interval '1 microsecond', c.now, c.now + $8::bigint * interval '1 microsecond'
+    FROM c
+    ON CONFLICT (principal, endpoint, key) DO NOTHING
+    RETURNING ` + pgRecordColumns + `)
+SELECT true, false, ` + pgRecordColumns + ` FROM ins
+UNION ALL
+SELECT false,
+    k.expires_at <= c.now OR (k.state = 'in_progress' AND k.locked_until <= c.now
+        AND k.fingerprint = $4 AND k.fingerprint_version = $5),
+    ` + pgRecordColumns + `
+FROM idempotency_keys k, c
+WHERE k.principal = $1 AND k.endpoint = $2 AND k.key = $3 AND NOT EXISTS (SELECT FROM ins)`
+
 	pgGet = `SELECT ` + pgRecordColumns + `
 FROM idempotency_keys
 WHERE principal = $1 AND endpoint = $2 AND key = $3 AND expires_at > coalesce($4::timestamptz, clock_timestamp())`
@@ -294,8 +320,12 @@ FROM idempotency_keys`
 // pgTime is t as PostgreSQL keeps it: microseconds, UTC.
 func pgTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 
-// Claim implements Store.Claim. The claim is one INSERT ... ON CONFLICT DO
-// UPDATE ... WHERE statement, committed on return. ctx cancels the statement.
+// Claim implements Store.Claim, committed on return. A fresh scope is
+// claimed, and a live record read, by one INSERT ... ON CONFLICT DO NOTHING
+// statement that locks and writes nothing when the row exists, so a replay is
+// a plain read; only an expired row or a lapsed lease takes a second
+// statement, the INSERT ... ON CONFLICT DO UPDATE ... WHERE that overwrites
+// it. ctx cancels the statement.
 //
 // The database's clock decides: req.Now only anchors req.LockedUntil and
 // req.ExpiresAt, whose distances from it are the lease and the window.
@@ -311,10 +341,34 @@ func pgClaimOn(ctx context.Context, q pgQuerier, clock pgClock, req ClaimRequest
 	window := req.ExpiresAt.Sub(req.Now).Microseconds()
 	for range claimAttemptsMax {
 		var (
+			sr                    pgRecordScan
+			inserted, reclaimable bool
+		)
+		err := q.QueryRow(ctx, pgClaimOrRead,
+			req.Principal, req.Endpoint, req.Key, req.Fingerprint, req.FingerprintVersion,
+			clock.arg(req.Now), lease, window,
+		).Scan(sr.dest(&inserted, &reclaimable)...)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			continue // the conflicting row is not in this statement's snapshot yet, or was deleted: again
+		case err != nil:
+			return ClaimResult{}, interpretPostgresError(err)
+		case inserted:
+			return ClaimResult{Acquired: true, Token: sr.rec.Token}, nil
+		case !reclaimable:
+			rec, err := sr.record()
+			if err != nil {
+				return ClaimResult{}, err
+			}
+			return ClaimResult{Existing: rec}, nil
+		}
+		// An expired row or a lapsed lease: the overwriting claim decides,
+		// under the row lock, whether it still may.
+		var (
 			token          int64
 			createdAt, now time.Time
 		)
-		err := q.QueryRow(ctx, pgClaim,
+		err = q.QueryRow(ctx, pgClaim,
 			req.Principal, req.Endpoint, req.Key, req.Fingerprint, req.FingerprintVersion,
 			clock.arg(req.Now), lease, window,
 		).Scan(&token, &createdAt, &now)
@@ -346,40 +400,52 @@ func (s *PostgresStore) Get(ctx context.Context, sc Scope, now time.Time) (*Reco
 }
 
 func pgGetOn(ctx context.Context, q pgQuerier, clock pgClock, sc Scope, now time.Time) (*Record, error) {
-	var (
-		rec         Record
-		state       string
-		lockedUntil *time.Time
-		status      *int32
-		headers     []byte
-		body        []byte
-		omitted     bool
-	)
-	err := q.QueryRow(ctx, pgGet, sc.Principal, sc.Endpoint, sc.Key, clock.arg(now)).Scan(
-		&rec.Principal, &rec.Endpoint, &rec.Key, &state, &rec.Fingerprint, &rec.FingerprintVersion,
-		&rec.Token, &lockedUntil, &status, &headers, &body, &omitted, &rec.CreatedAt, &rec.ExpiresAt)
-	if err != nil {
+	var sr pgRecordScan
+	if err := q.QueryRow(ctx, pgGet, sc.Principal, sc.Endpoint, sc.Key, clock.arg(now)).Scan(sr.dest()...); err != nil {
 		return nil, interpretPostgresError(err)
 	}
-	rec.State = State(state)
+	return sr.record()
+}
+
+// pgRecordScan receives the pgRecordColumns of one row.
+type pgRecordScan struct {
+	rec         Record
+	state       string
+	lockedUntil *time.Time
+	status      *int32
+	headers     []byte
+	body        []byte
+	omitted     bool
+}
+
+func (sr *pgRecordScan) dest(extra ...any) []any {
+	return append(extra, &sr.rec.Principal, &sr.rec.Endpoint, &sr.rec.Key, &sr.state, &sr.rec.Fingerprint,
+		&sr.rec.FingerprintVersion, &sr.rec.Token, &sr.lockedUntil, &sr.status, &sr.headers, &sr.body,
+		&sr.omitted, &sr.rec.CreatedAt, &sr.rec.ExpiresAt)
+}
+
+func (sr *pgRecordScan) record() (*Record, error) {
+	rec := sr.rec
+	rec.State = State(sr.state)
 	rec.CreatedAt = rec.CreatedAt.UTC()
 	rec.ExpiresAt = rec.ExpiresAt.UTC()
-	if lockedUntil != nil {
-		rec.LockedUntil = lockedUntil.UTC()
+	if sr.lockedUntil != nil {
+		rec.LockedUntil = sr.lockedUntil.UTC()
 	}
 	if rec.State == StateCompleted {
-		h, err := decodeHeader(headers)
+		h, err := decodeHeader(sr.headers)
 		if err != nil {
 			return nil, err
 		}
+		body := sr.body
 		if len(body) == 0 {
 			body = nil
 		}
 		var st int
-		if status != nil {
-			st = int(*status)
+		if sr.status != nil {
+			st = int(*sr.status)
 		}
-		rec.Response = &StoredResponse{Status: st, Header: h, Body: body, BodyOmitted: omitted}
+		rec.Response = &StoredResponse{Status: st, Header: h, Body: body, BodyOmitted: sr.omitted}
 	}
 	return &rec, nil
 }
