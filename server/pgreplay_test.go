@@ -23,14 +23,7 @@ func TestPostgresClaim_ReplayOfCompletedRecordWritesNothing(t *testing.T) {
 	pool := store.Pool()
 
 	now := time.Now()
-	req := ClaimRequest{
-		Scope:              Scope{Principal: "p", Endpoint: "POST /pay", Key: "replayed"},
-		Fingerprint:        []byte("fp"),
-		FingerprintVersion: 1,
-		Now:                now,
-		LockedUntil:        now.Add(time.Minute),
-		ExpiresAt:          now.Add(time.Hour),
-	}
+	req := payClaim("replayed", []byte("fp"), now, time.Minute, time.Hour)
 	res, err := store.Claim(ctx, req)
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
@@ -59,29 +52,23 @@ func TestPostgresComplete_IsHeapOnlyUpdate(t *testing.T) {
 	ctx := context.Background()
 	store := migratedPostgresStore(t)
 
-	tx, err := store.BeginTx(ctx, 0)
+	// One transaction, so that its own statistics count exactly these rows.
+	tx, err := store.Pool().Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
 	const n = 100
 	body := []byte(`{"id":"pay_0123456789abcdef","amount":1000,"currency":"EUR","status":"succeeded"}`)
 	for i := range n {
 		now := time.Now()
-		req := ClaimRequest{
-			Scope:              Scope{Principal: "p", Endpoint: "POST /pay", Key: fmt.Sprintf("key-%03d", i)},
-			Fingerprint:        make([]byte, 32),
-			FingerprintVersion: 1,
-			Now:                now,
-			LockedUntil:        now.Add(time.Minute),
-			ExpiresAt:          now.Add(24 * time.Hour),
-		}
-		res, err := tx.Claim(ctx, req)
+		req := payClaim(fmt.Sprintf("key-%03d", i), make([]byte, 32), now, time.Minute, 24*time.Hour)
+		res, err := pgClaimOn(ctx, tx, store.clock, req)
 		require.NoError(t, err)
 		require.True(t, res.Acquired)
 		resp := &StoredResponse{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: body}
-		require.NoError(t, tx.Complete(ctx, req.Scope, res.Token, now, resp))
+		require.NoError(t, pgCompleteOn(ctx, tx, store.clock, req.Scope, res.Token, now, resp))
 	}
 	var updates, hot int
-	require.NoError(t, tx.Handle().(pgx.Tx).QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
+	require.NoError(t, tx.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
 		WHERE schemaname = current_schema() AND relname = 'idempotency_keys'`).Scan(&updates, &hot))
 	require.Equal(t, n, updates)
 	t.Logf("%d of %d completions HOT", hot, updates)
@@ -96,4 +83,79 @@ func migratedPostgresStore(t *testing.T) *PostgresStore {
 	require.NoError(t, err)
 	require.NoError(t, store.Migrate(context.Background()))
 	return store
+}
+
+// Commit sends the completion and the COMMIT in one round trip. A
+// completion that matches no claim (here: the record expired while the
+// handler ran) must abort the transaction before the COMMIT reaches it, so
+// the effect is rolled back with it, and Commit reports ErrLeaseLost.
+func TestPostgresTx_CompletionMatchingNoClaimRollsBackTheEffect(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := WithCallerClock(migratedPostgresStore(t))
+	_, err := store.Pool().Exec(ctx, "CREATE TABLE effects (id bigserial PRIMARY KEY)")
+	require.NoError(t, err)
+
+	now := time.Now()
+	req := payClaim("expires-in-flight", []byte("fp"), now, time.Second, time.Minute)
+	tx, err := store.BeginTx(ctx, 0)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	res, err := tx.Claim(ctx, req)
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	_, err = tx.Handle().(pgx.Tx).Exec(ctx, "INSERT INTO effects DEFAULT VALUES")
+	require.NoError(t, err)
+	require.NoError(t, tx.Complete(ctx, req.Scope, res.Token, now.Add(2*time.Minute), &StoredResponse{Status: 201}))
+	require.ErrorIs(t, tx.Commit(ctx), ErrLeaseLost)
+
+	var effects int
+	require.NoError(t, store.Pool().QueryRow(ctx, "SELECT count(*) FROM effects").Scan(&effects))
+	require.Zero(t, effects, "the effect committed without its stored response")
+	_, err = store.Get(ctx, req.Scope, now)
+	require.ErrorIs(t, err, ErrNotFound, "the claim rolled back too")
+}
+
+// Commit sends its COMMIT past the handler's pgx.Tx and gives the connection
+// back to the pool: from then on the pgx.Tx refuses every statement instead
+// of running it outside the transaction, on a connection another request
+// may hold.
+func TestPostgresTx_HandleIsClosedOnceCommitted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := migratedPostgresStore(t)
+	now := time.Now()
+	req := payClaim("closed-handle", []byte("fp"), now, time.Second, time.Minute)
+	tx, err := store.BeginTx(ctx, 0)
+	require.NoError(t, err)
+	res, err := tx.Claim(ctx, req)
+	require.NoError(t, err)
+	require.NoError(t, tx.Complete(ctx, req.Scope, res.Token, now, &StoredResponse{Status: 201}))
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, tx.Rollback(ctx), "Rollback after Commit is a no-op")
+
+	h := tx.Handle().(pgx.Tx)
+	_, err = h.Exec(ctx, "SELECT 1")
+	require.ErrorIs(t, err, pgx.ErrTxClosed)
+	var one int
+	require.ErrorIs(t, h.QueryRow(ctx, "SELECT 1").Scan(&one), pgx.ErrTxClosed)
+	require.ErrorIs(t, h.SendBatch(ctx, &pgx.Batch{}).Close(), pgx.ErrTxClosed)
+	require.ErrorIs(t, h.Commit(ctx), pgx.ErrTxClosed)
+	require.Nil(t, h.Conn())
+
+	rec, err := store.Get(ctx, req.Scope, now)
+	require.NoError(t, err)
+	require.Equal(t, StateCompleted, rec.State)
+}
+
+// payClaim is the claim of key on POST /pay for principal p at now.
+func payClaim(key string, fp []byte, now time.Time, lease, window time.Duration) ClaimRequest {
+	return ClaimRequest{
+		Scope:              Scope{Principal: "p", Endpoint: "POST /pay", Key: key},
+		Fingerprint:        fp,
+		FingerprintVersion: 1,
+		Now:                now,
+		LockedUntil:        now.Add(lease),
+		ExpiresAt:          now.Add(window),
+	}
 }
