@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -97,6 +98,8 @@ type PostgresStore struct {
 	// clock is the database's clock in production. Tests of this package
 	// make it the caller's (see export_test.go) to move time.
 	clock pgClock
+	// timeouts caches timeoutArgs.
+	timeouts atomic.Pointer[pgTimeouts]
 }
 
 // pgClock says whose clock decides leases and expiry. The zero value, the
@@ -604,13 +607,30 @@ func (s *PostgresStore) BeginTx(ctx context.Context, lockTimeout time.Duration) 
 	if err != nil {
 		return nil, interpretPostgresError(err)
 	}
-	t := &pgTx{conn: conn, clock: s.clock, timeouts: []any{
+	t := &pgTx{conn: conn, clock: s.clock, timeouts: s.timeoutArgs(lockTimeout)}
+	t.handle = &pgHandleTx{t: t}
+	return t, nil
+}
+
+// pgTimeouts are the arguments of pgSetTimeouts for one lock timeout.
+type pgTimeouts struct {
+	lock time.Duration
+	args []any
+}
+
+// timeoutArgs returns the arguments of pgSetTimeouts, formatted once for the
+// lock timeout last asked for (a middleware always asks for the same one).
+func (s *PostgresStore) timeoutArgs(lockTimeout time.Duration) []any {
+	if t := s.timeouts.Load(); t != nil && t.lock == lockTimeout {
+		return t.args
+	}
+	t := &pgTimeouts{lock: lockTimeout, args: []any{
 		fmt.Sprintf("%dms", max(lockTimeout.Milliseconds(), 1)),
 		fmt.Sprintf("%dms", max(s.cfg.StatementTimeout.Milliseconds(), 1)),
 		fmt.Sprintf("%dms", max(s.cfg.IdleInTransactionTimeout.Milliseconds(), 1)),
 	}}
-	t.handle = &pgHandleTx{t: t}
-	return t, nil
+	s.timeouts.Store(t)
+	return t.args
 }
 
 // pgSetTimeouts sets the timeouts of a transactional-mode transaction, as SET
