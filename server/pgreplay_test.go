@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/testpg"
@@ -158,4 +160,81 @@ func payClaim(key string, fp []byte, now time.Time, lease, window time.Duration)
 		LockedUntil:        now.Add(lease),
 		ExpiresAt:          now.Add(window),
 	}
+}
+
+// pgRoundTrips counts what a pool sends: one per query outside a batch, one
+// per batch.
+type pgRoundTrips struct{ n atomic.Int64 }
+
+func (c *pgRoundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (*pgRoundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *pgRoundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (*pgRoundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (*pgRoundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// A transactional-mode new key costs the store two round trips: BEGIN, its
+// timeouts and the claim in one, the completion and the COMMIT in the other.
+func TestPostgresTx_NewKeyCostsTwoRoundTrips(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, trips := tracedPostgresStore(t)
+
+	newKey := func(key string) int64 {
+		before := trips.n.Load()
+		tx, err := store.BeginTx(ctx, 0)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		req := payClaim(key, []byte("fp"), time.Now(), time.Second, time.Minute)
+		res, err := tx.Claim(ctx, req)
+		require.NoError(t, err)
+		require.True(t, res.Acquired)
+		require.NoError(t, tx.Complete(ctx, req.Scope, res.Token, req.Now, &StoredResponse{Status: 201}))
+		require.NoError(t, tx.Commit(ctx))
+		return trips.n.Load() - before
+	}
+	newKey("warm-up")
+	require.EqualValues(t, 2, newKey("counted"))
+}
+
+// A lease-mode replay costs one round trip: the claim statement reads the
+// completed record.
+func TestPostgresClaim_ReplayCostsOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, trips := tracedPostgresStore(t)
+	req := payClaim("replayed", []byte("fp"), time.Now(), time.Minute, time.Hour)
+	res, err := store.Claim(ctx, req)
+	require.NoError(t, err)
+	require.NoError(t, store.Complete(ctx, req.Scope, res.Token, req.Now, &StoredResponse{Status: 201}))
+
+	before := trips.n.Load()
+	again, err := store.Claim(ctx, req)
+	require.NoError(t, err)
+	require.NotNil(t, again.Existing)
+	require.EqualValues(t, 1, trips.n.Load()-before)
+}
+
+// tracedPostgresStore is a migrated store on a pool of one connection
+// (whose statement cache the first statements warm) that counts its round
+// trips.
+func tracedPostgresStore(t *testing.T) (*PostgresStore, *pgRoundTrips) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testpg.SchemaDSN(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	trips := &pgRoundTrips{}
+	cfg.ConnConfig.Tracer = trips
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	store, err := NewPostgresStore(pool, nil)
+	require.NoError(t, err)
+	require.NoError(t, store.Migrate(context.Background()))
+	return store, trips
 }
