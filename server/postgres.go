@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -97,6 +98,8 @@ type PostgresStore struct {
 	// clock is the database's clock in production. Tests of this package
 	// make it the caller's (see export_test.go) to move time.
 	clock pgClock
+	// timeouts caches timeoutArgs.
+	timeouts atomic.Pointer[pgTimeouts]
 }
 
 // pgClock says whose clock decides leases and expiry. The zero value, the
@@ -246,6 +249,32 @@ WHERE k.expires_at <= EXCLUDED.created_at
        AND k.fingerprint_version = EXCLUDED.fingerprint_version)
 RETURNING token, created_at, (SELECT now FROM c)`
 
+	// pgClaimOrRead is the claim of a fresh scope and, when the scope has a
+	// row, the read of it, in one statement that neither locks nor writes
+	// that row: a replay commits nothing. Its first column says whether it
+	// inserted (the row is the claim, token 1); otherwise the second says
+	// whether the existing row is expired or a lapsed lease this request may
+	// take over, which pgClaim then does under the row lock. No row at all
+	// means the conflicting row was committed after this statement's
+	// snapshot, or deleted: the caller asks again.
+	pgClaimOrRead = `WITH c AS (SELECT coalesce($6::timestamptz, clock_timestamp()) AS now),
+ins AS (
+    INSERT INTO idempotency_keys
+        (principal, endpoint, key, state, fingerprint, fingerprint_version, token, locked_until, created_at, expires_at)
+    SELECT $1, $2, $3, 'in_progress', $4, $5, 1,
+        c.now + $7::bigint * interval '1 microsecond', c.now, c.now + $8::bigint * interval '1 microsecond'
+    FROM c
+    ON CONFLICT (principal, endpoint, key) DO NOTHING
+    RETURNING ` + pgRecordColumns + `)
+SELECT true, false, ` + pgRecordColumns + ` FROM ins
+UNION ALL
+SELECT false,
+    k.expires_at <= c.now OR (k.state = 'in_progress' AND k.locked_until <= c.now
+        AND k.fingerprint = $4 AND k.fingerprint_version = $5),
+    ` + pgRecordColumns + `
+FROM idempotency_keys k, c
+WHERE k.principal = $1 AND k.endpoint = $2 AND k.key = $3 AND NOT EXISTS (SELECT FROM ins)`
+
 	pgGet = `SELECT ` + pgRecordColumns + `
 FROM idempotency_keys
 WHERE principal = $1 AND endpoint = $2 AND key = $3 AND expires_at > coalesce($4::timestamptz, clock_timestamp())`
@@ -294,8 +323,12 @@ FROM idempotency_keys`
 // pgTime is t as PostgreSQL keeps it: microseconds, UTC.
 func pgTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 
-// Claim implements Store.Claim. The claim is one INSERT ... ON CONFLICT DO
-// UPDATE ... WHERE statement, committed on return. ctx cancels the statement.
+// Claim implements Store.Claim, committed on return. A fresh scope is
+// claimed, and a live record read, by one INSERT ... ON CONFLICT DO NOTHING
+// statement that locks and writes nothing when the row exists, so a replay is
+// a plain read; only an expired row or a lapsed lease takes a second
+// statement, the INSERT ... ON CONFLICT DO UPDATE ... WHERE that overwrites
+// it. ctx cancels the statement.
 //
 // The database's clock decides: req.Now only anchors req.LockedUntil and
 // req.ExpiresAt, whose distances from it are the lease and the window.
@@ -311,10 +344,34 @@ func pgClaimOn(ctx context.Context, q pgQuerier, clock pgClock, req ClaimRequest
 	window := req.ExpiresAt.Sub(req.Now).Microseconds()
 	for range claimAttemptsMax {
 		var (
+			sr                    pgRecordScan
+			inserted, reclaimable bool
+		)
+		err := q.QueryRow(ctx, pgClaimOrRead,
+			req.Principal, req.Endpoint, req.Key, req.Fingerprint, req.FingerprintVersion,
+			clock.arg(req.Now), lease, window,
+		).Scan(sr.dest(&inserted, &reclaimable)...)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			continue // the conflicting row is not in this statement's snapshot yet, or was deleted: again
+		case err != nil:
+			return ClaimResult{}, interpretPostgresError(err)
+		case inserted:
+			return ClaimResult{Acquired: true, Token: sr.rec.Token}, nil
+		case !reclaimable:
+			rec, err := sr.record()
+			if err != nil {
+				return ClaimResult{}, err
+			}
+			return ClaimResult{Existing: rec}, nil
+		}
+		// An expired row or a lapsed lease: the overwriting claim decides,
+		// under the row lock, whether it still may.
+		var (
 			token          int64
 			createdAt, now time.Time
 		)
-		err := q.QueryRow(ctx, pgClaim,
+		err = q.QueryRow(ctx, pgClaim,
 			req.Principal, req.Endpoint, req.Key, req.Fingerprint, req.FingerprintVersion,
 			clock.arg(req.Now), lease, window,
 		).Scan(&token, &createdAt, &now)
@@ -346,40 +403,52 @@ func (s *PostgresStore) Get(ctx context.Context, sc Scope, now time.Time) (*Reco
 }
 
 func pgGetOn(ctx context.Context, q pgQuerier, clock pgClock, sc Scope, now time.Time) (*Record, error) {
-	var (
-		rec         Record
-		state       string
-		lockedUntil *time.Time
-		status      *int32
-		headers     []byte
-		body        []byte
-		omitted     bool
-	)
-	err := q.QueryRow(ctx, pgGet, sc.Principal, sc.Endpoint, sc.Key, clock.arg(now)).Scan(
-		&rec.Principal, &rec.Endpoint, &rec.Key, &state, &rec.Fingerprint, &rec.FingerprintVersion,
-		&rec.Token, &lockedUntil, &status, &headers, &body, &omitted, &rec.CreatedAt, &rec.ExpiresAt)
-	if err != nil {
+	var sr pgRecordScan
+	if err := q.QueryRow(ctx, pgGet, sc.Principal, sc.Endpoint, sc.Key, clock.arg(now)).Scan(sr.dest()...); err != nil {
 		return nil, interpretPostgresError(err)
 	}
-	rec.State = State(state)
+	return sr.record()
+}
+
+// pgRecordScan receives the pgRecordColumns of one row.
+type pgRecordScan struct {
+	rec         Record
+	state       string
+	lockedUntil *time.Time
+	status      *int32
+	headers     []byte
+	body        []byte
+	omitted     bool
+}
+
+func (sr *pgRecordScan) dest(extra ...any) []any {
+	return append(extra, &sr.rec.Principal, &sr.rec.Endpoint, &sr.rec.Key, &sr.state, &sr.rec.Fingerprint,
+		&sr.rec.FingerprintVersion, &sr.rec.Token, &sr.lockedUntil, &sr.status, &sr.headers, &sr.body,
+		&sr.omitted, &sr.rec.CreatedAt, &sr.rec.ExpiresAt)
+}
+
+func (sr *pgRecordScan) record() (*Record, error) {
+	rec := sr.rec
+	rec.State = State(sr.state)
 	rec.CreatedAt = rec.CreatedAt.UTC()
 	rec.ExpiresAt = rec.ExpiresAt.UTC()
-	if lockedUntil != nil {
-		rec.LockedUntil = lockedUntil.UTC()
+	if sr.lockedUntil != nil {
+		rec.LockedUntil = sr.lockedUntil.UTC()
 	}
 	if rec.State == StateCompleted {
-		h, err := decodeHeader(headers)
+		h, err := decodeHeader(sr.headers)
 		if err != nil {
 			return nil, err
 		}
+		body := sr.body
 		if len(body) == 0 {
 			body = nil
 		}
 		var st int
-		if status != nil {
-			st = int(*status)
+		if sr.status != nil {
+			st = int(*sr.status)
 		}
-		rec.Response = &StoredResponse{Status: st, Header: h, Body: body, BodyOmitted: omitted}
+		rec.Response = &StoredResponse{Status: st, Header: h, Body: body, BodyOmitted: sr.omitted}
 	}
 	return &rec, nil
 }
@@ -391,23 +460,32 @@ func (s *PostgresStore) Complete(ctx context.Context, sc Scope, token int64, now
 }
 
 func pgCompleteOn(ctx context.Context, q pgQuerier, clock pgClock, sc Scope, token int64, now time.Time, resp *StoredResponse) error {
-	if err := validateScope(sc); err != nil {
+	args, err := pgCompleteArgs(clock, sc, token, now, resp)
+	if err != nil {
 		return err
 	}
+	tag, err := q.Exec(ctx, pgComplete, args...)
+	return pgExpectOneRow(tag, err)
+}
+
+// pgCompleteArgs checks a completion and returns the arguments of
+// pgComplete.
+func pgCompleteArgs(clock pgClock, sc Scope, token int64, now time.Time, resp *StoredResponse) ([]any, error) {
+	if err := validateScope(sc); err != nil {
+		return nil, err
+	}
 	if err := validateResponse(resp); err != nil {
-		return err
+		return nil, err
 	}
 	headers, err := encodeHeader(resp.Header)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	body := resp.Body
 	if body == nil {
 		body = []byte{}
 	}
-	tag, err := q.Exec(ctx, pgComplete, resp.Status, headers, body, resp.BodyOmitted, clock.arg(now),
-		sc.Principal, sc.Endpoint, sc.Key, token)
-	return pgExpectOneRow(tag, err)
+	return []any{resp.Status, headers, body, resp.BodyOmitted, clock.arg(now), sc.Principal, sc.Endpoint, sc.Key, token}, nil
 }
 
 // Release implements Store.Release.
@@ -505,13 +583,19 @@ func (s *PostgresStore) Stats(ctx context.Context, now time.Time) (StoreStats, e
 	return st, nil
 }
 
-// BeginTx implements Store.BeginTx: it begins a transaction on the pool and
-// sets its lock_timeout to lockTimeout (PostgresConfig.LockTimeout when
-// lockTimeout is 0), so a claim that waits longer on a concurrent uncommitted
-// claim of the same scope fails with ErrInFlight. ctx bounds only the start
-// of the transaction; the caller must end it with Commit or Rollback.
+// BeginTx implements Store.BeginTx: it takes a connection from the pool for
+// a transaction whose lock_timeout is lockTimeout (PostgresConfig.LockTimeout
+// when lockTimeout is 0), so a claim that waits longer on a concurrent
+// uncommitted claim of the same scope fails with ErrInFlight. ctx bounds only
+// the wait for a connection; the caller must end the transaction with Commit
+// or Rollback.
 //
-// Handle returns the pgx.Tx.
+// Round trips: the BEGIN and the SET LOCALs of the timeouts are sent with
+// the first claim (or the handler's first statement), and the completion
+// with the COMMIT, so that a new key costs two round trips besides the
+// handler's.
+//
+// Handle returns a pgx.Tx.
 func (s *PostgresStore) BeginTx(ctx context.Context, lockTimeout time.Duration) (StoreTx, error) {
 	if lockTimeout < 0 {
 		return nil, fmt.Errorf("idemkit/server: BeginTx: negative lock timeout %v", lockTimeout)
@@ -519,50 +603,231 @@ func (s *PostgresStore) BeginTx(ctx context.Context, lockTimeout time.Duration) 
 	if lockTimeout == 0 {
 		lockTimeout = s.cfg.LockTimeout
 	}
-	// BEGIN and the SET LOCALs travel as one simple-protocol message: one
-	// round trip on the hot path. The values are integers we format, never
-	// user input.
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{
-		BeginQuery: fmt.Sprintf("BEGIN; SET LOCAL lock_timeout = '%dms'; SET LOCAL statement_timeout = '%dms'; SET LOCAL idle_in_transaction_session_timeout = '%dms'",
-			max(lockTimeout.Milliseconds(), 1), max(s.cfg.StatementTimeout.Milliseconds(), 1),
-			max(s.cfg.IdleInTransactionTimeout.Milliseconds(), 1)),
-	})
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, interpretPostgresError(err)
 	}
-	return &pgTx{tx: tx, clock: s.clock}, nil
+	t := &pgTx{conn: conn, clock: s.clock, timeouts: s.timeoutArgs(lockTimeout)}
+	t.handle = &pgHandleTx{t: t}
+	return t, nil
 }
 
-// pgTx is the StoreTx of PostgresStore.
+// pgTimeouts are the arguments of pgSetTimeouts for one lock timeout.
+type pgTimeouts struct {
+	lock time.Duration
+	args []any
+}
+
+// timeoutArgs returns the arguments of pgSetTimeouts, formatted once for the
+// lock timeout last asked for (a middleware always asks for the same one).
+func (s *PostgresStore) timeoutArgs(lockTimeout time.Duration) []any {
+	if t := s.timeouts.Load(); t != nil && t.lock == lockTimeout {
+		return t.args
+	}
+	t := &pgTimeouts{lock: lockTimeout, args: []any{
+		fmt.Sprintf("%dms", max(lockTimeout.Milliseconds(), 1)),
+		fmt.Sprintf("%dms", max(s.cfg.StatementTimeout.Milliseconds(), 1)),
+		fmt.Sprintf("%dms", max(s.cfg.IdleInTransactionTimeout.Milliseconds(), 1)),
+	}}
+	s.timeouts.Store(t)
+	return t.args
+}
+
+// pgSetTimeouts sets the timeouts of a transactional-mode transaction, as SET
+// LOCAL does, in one statement that a batch can carry.
+const pgSetTimeouts = `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true),
+    set_config('idle_in_transaction_session_timeout', $3, true)`
+
+// pgTx is the StoreTx of PostgresStore. Its connection is its own from
+// BeginTx until Commit or Rollback. The BEGIN is not sent until the first
+// statement: it travels with the claim (or the handler's first statement)
+// in one round trip.
 type pgTx struct {
-	tx    pgx.Tx
-	clock pgClock
+	conn     *pgxpool.Conn // nil once the transaction ended
+	tx       pgx.Tx        // nil until the BEGIN was sent
+	handle   *pgHandleTx
+	clock    pgClock
+	timeouts []any // the arguments of pgSetTimeouts
+	// complete holds the arguments of the completion UPDATE, which Commit
+	// sends with the COMMIT in one round trip.
+	complete []any
 }
 
-// Claim implements StoreTx.Claim.
-func (t *pgTx) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
-	return pgClaimOn(ctx, t.tx, t.clock, req)
+// beginBatch returns a batch that begins the transaction and sets its
+// timeouts; the caller queues more and sends it with sendBatch.
+func (t *pgTx) beginBatch() *pgx.Batch {
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	b.Queue(pgSetTimeouts, t.timeouts...)
+	return b
 }
 
-// Complete implements StoreTx.Complete.
-func (t *pgTx) Complete(ctx context.Context, sc Scope, token int64, now time.Time, resp *StoredResponse) error {
-	return pgCompleteOn(ctx, t.tx, t.clock, sc, token, now, resp)
+// sendBatch sends a batch made by beginBatch and reads the results of its
+// BEGIN and timeouts.
+func (t *pgTx) sendBatch(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, error) {
+	br := t.conn.Conn().SendBatch(ctx, b)
+	t.tx = br.Tx()
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, err
+		}
+	}
+	return br, nil
 }
 
-// Commit implements StoreTx.Commit. When the COMMIT was sent but no answer
-// came back (the connection broke or ctx ended while it waited), the
-// transaction may or may not have committed: the error then wraps
-// ErrOutcomeUnknown as well as ErrStoreUnavailable. Only an error
-// PostgreSQL answered means it rolled back.
-func (t *pgTx) Commit(ctx context.Context) error {
-	err := t.tx.Commit(ctx)
-	if err == nil {
+// begin sends the BEGIN if it was not sent yet.
+func (t *pgTx) begin(ctx context.Context) error {
+	if t.conn == nil {
+		return pgx.ErrTxClosed
+	}
+	if t.tx != nil {
 		return nil
 	}
+	br, err := t.sendBatch(ctx, t.beginBatch())
+	if err != nil {
+		return err
+	}
+	return br.Close()
+}
+
+// Claim implements StoreTx.Claim. The first claim of the transaction
+// travels with its BEGIN.
+func (t *pgTx) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
+	if t.conn == nil {
+		return ClaimResult{}, interpretPostgresError(pgx.ErrTxClosed)
+	}
+	if t.tx != nil {
+		return pgClaimOn(ctx, t.tx, t.clock, req)
+	}
+	return pgClaimOn(ctx, pgBeginQuerier{t}, t.clock, req)
+}
+
+// pgBeginQuerier sends its first QueryRow in one batch with the BEGIN of t,
+// and everything else on the begun transaction.
+type pgBeginQuerier struct{ t *pgTx }
+
+func (q pgBeginQuerier) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := q.t.begin(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return q.t.tx.Exec(ctx, sql, args...)
+}
+
+func (q pgBeginQuerier) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if q.t.tx != nil || q.t.conn == nil {
+		return pgRowFunc(func(dest ...any) error {
+			if err := q.t.begin(ctx); err != nil {
+				return err
+			}
+			return q.t.tx.QueryRow(ctx, sql, args...).Scan(dest...)
+		})
+	}
+	b := q.t.beginBatch()
+	b.Queue(sql, args...)
+	return pgRowFunc(func(dest ...any) error {
+		br, err := q.t.sendBatch(ctx, b)
+		if err != nil {
+			return err
+		}
+		err = br.QueryRow().Scan(dest...)
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	})
+}
+
+// pgRowFunc is a pgx.Row whose Scan is a function.
+type pgRowFunc func(dest ...any) error
+
+func (f pgRowFunc) Scan(dest ...any) error { return f(dest...) }
+
+// Complete implements StoreTx.Complete. It checks resp and queues the
+// completion; Commit sends it with the COMMIT, in one round trip, and
+// returns ErrLeaseLost (having rolled back) if it matches no claim.
+func (t *pgTx) Complete(_ context.Context, sc Scope, token int64, now time.Time, resp *StoredResponse) error {
+	args, err := pgCompleteArgs(t.clock, sc, token, now, resp)
+	if err != nil {
+		return err
+	}
+	t.complete = args
+	return nil
+}
+
+// pgCompleteInTx is pgComplete failing with division_by_zero (22012) when it
+// matches no row, so that the COMMIT sent behind it in the same round trip
+// finds the transaction aborted and rolls back.
+const pgCompleteInTx = `WITH u AS (` + pgComplete + `
+RETURNING 1)
+SELECT 1 / count(*) FROM u`
+
+// Commit implements StoreTx.Commit, sending a queued completion and the
+// COMMIT in one round trip. When the COMMIT was sent but no answer came
+// back (the connection broke or ctx ended while it waited), the transaction
+// may or may not have committed: the error then wraps ErrOutcomeUnknown as
+// well as ErrStoreUnavailable. Only an error PostgreSQL answered means it
+// rolled back.
+func (t *pgTx) Commit(ctx context.Context) error {
+	if t.conn == nil {
+		return interpretPostgresError(pgx.ErrTxClosed)
+	}
+	defer t.end()
+	if t.tx == nil && t.complete == nil {
+		return nil // nothing was sent: there is nothing to commit
+	}
+	if t.complete == nil {
+		err := t.tx.Commit(ctx)
+		if err == nil {
+			return nil
+		}
+		return pgCommitError(err)
+	}
+	var b *pgx.Batch
+	if t.tx == nil {
+		b = t.beginBatch()
+	} else {
+		b = &pgx.Batch{}
+	}
+	b.Queue(pgCompleteInTx, t.complete...)
+	b.Queue("COMMIT")
+	br := t.conn.Conn().SendBatch(ctx, b)
+	var err error
+	for range len(b.QueuedQueries) - 1 {
+		if _, err = br.Exec(); err != nil {
+			break
+		}
+	}
+	if err != nil {
+		_ = br.Close()
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "22012" {
+			return ErrLeaseLost // the transaction is aborted: the COMMIT rolls back
+		}
+		return pgCommitError(err)
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && tag.String() == "ROLLBACK" {
+		err = pgx.ErrTxCommitRollback
+	}
+	if err != nil {
+		return pgCommitError(err)
+	}
+	return nil
+}
+
+// pgCommitError classifies the failure of a round trip that carried a
+// COMMIT.
+func pgCommitError(err error) error {
 	var pgErr *pgconn.PgError
 	// pgconn.SafeToRetry is no proof here: pgx reports a connection that
 	// broke while it waited for the COMMIT's answer as "conn closed", which
-	// it marks safe to retry although the COMMIT went out.
+	// it marks safe to retry although the COMMIT went out. An error
+	// PostgreSQL answered before the COMMIT aborted the transaction, so the
+	// COMMIT rolled back.
 	if errors.As(err, &pgErr) || errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, pgx.ErrTxClosed) {
 		return interpretPostgresError(err)
 	}
@@ -570,11 +835,26 @@ func (t *pgTx) Commit(ctx context.Context) error {
 		wrapStoreError(ErrStoreUnavailable, "", err))
 }
 
+// end closes the handle and gives the connection back to the pool, which
+// closes it instead if it is still in a transaction or broken.
+func (t *pgTx) end() {
+	t.conn.Release()
+	t.conn = nil
+	t.complete = nil
+}
+
 // Rollback implements StoreTx.Rollback. It is a no-op after Commit or
 // Rollback. A canceled ctx does not stop the rollback, but its deadline, or
 // pgRollbackTimeout, bounds it: a rollback that cannot reach the database
 // closes the connection, which ends the transaction too.
 func (t *pgTx) Rollback(ctx context.Context) error {
+	if t.conn == nil {
+		return nil
+	}
+	defer t.end()
+	if t.tx == nil {
+		return nil // nothing was sent
+	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pgRollbackTimeout)
 	defer cancel()
 	if d, ok := ctx.Deadline(); ok && ctx.Err() == nil {
@@ -588,5 +868,107 @@ func (t *pgTx) Rollback(ctx context.Context) error {
 	return interpretPostgresError(err)
 }
 
-// Handle implements StoreTx.Handle: the pgx.Tx.
-func (t *pgTx) Handle() any { return t.tx }
+// pgHandleTx is the pgx.Tx a handler writes its effect on. Its first
+// statement sends the BEGIN if the claim has not. Once the transaction ended
+// (Commit sends its COMMIT past the pgx.Tx, whose connection then serves
+// other requests), every method fails with pgx.ErrTxClosed rather than run
+// outside the transaction.
+type pgHandleTx struct{ t *pgTx }
+
+var _ pgx.Tx = (*pgHandleTx)(nil)
+
+func (h *pgHandleTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := h.t.begin(ctx); err != nil {
+		return nil, err
+	}
+	return h.t.tx.Begin(ctx)
+}
+
+func (h *pgHandleTx) Commit(ctx context.Context) error {
+	if err := h.t.begin(ctx); err != nil {
+		return err
+	}
+	return h.t.tx.Commit(ctx)
+}
+
+func (h *pgHandleTx) Rollback(ctx context.Context) error {
+	if err := h.t.begin(ctx); err != nil {
+		return err
+	}
+	return h.t.tx.Rollback(ctx)
+}
+
+func (h *pgHandleTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if err := h.t.begin(ctx); err != nil {
+		return 0, err
+	}
+	return h.t.tx.CopyFrom(ctx, table, columns, src)
+}
+
+func (h *pgHandleTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if err := h.t.begin(ctx); err != nil {
+		return pgErrBatch{err}
+	}
+	return h.t.tx.SendBatch(ctx, b)
+}
+
+// LargeObjects sends the BEGIN, if needed, on a background context: it has
+// none of its own.
+func (h *pgHandleTx) LargeObjects() pgx.LargeObjects {
+	_ = h.t.begin(context.Background())
+	if h.t.tx == nil {
+		return pgx.LargeObjects{}
+	}
+	return h.t.tx.LargeObjects()
+}
+
+func (h *pgHandleTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := h.t.begin(ctx); err != nil {
+		return nil, err
+	}
+	return h.t.tx.Prepare(ctx, name, sql)
+}
+
+func (h *pgHandleTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := h.t.begin(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return h.t.tx.Exec(ctx, sql, args...)
+}
+
+func (h *pgHandleTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := h.t.begin(ctx); err != nil {
+		return nil, err
+	}
+	return h.t.tx.Query(ctx, sql, args...)
+}
+
+func (h *pgHandleTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := h.t.begin(ctx); err != nil {
+		return pgRowFunc(func(...any) error { return err })
+	}
+	return h.t.tx.QueryRow(ctx, sql, args...)
+}
+
+// Conn returns the connection, or nil once the transaction ended.
+func (h *pgHandleTx) Conn() *pgx.Conn {
+	if h.t.conn == nil {
+		return nil
+	}
+	return h.t.conn.Conn()
+}
+
+// pgErrBatch is the answer of a pgHandleTx that could not begin.
+type pgErrBatch struct{ err error }
+
+func (b pgErrBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
+func (b pgErrBatch) Query() (pgx.Rows, error)         { return nil, b.err }
+func (b pgErrBatch) QueryRow() pgx.Row {
+	return pgRowFunc(func(...any) error { return b.err })
+}
+func (b pgErrBatch) Close() error { return b.err }
+func (b pgErrBatch) Tx() pgx.Tx   { return nil }
+
+// Handle implements StoreTx.Handle: the pgx.Tx, which fails with
+// pgx.ErrTxClosed once the transaction ended.
+func (t *pgTx) Handle() any { return t.handle }

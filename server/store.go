@@ -159,7 +159,9 @@ type Store interface {
 type StoreTx interface {
 	// Claim is Store.Claim inside the transaction; nothing is committed.
 	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
-	// Complete is Store.Complete inside the transaction.
+	// Complete is Store.Complete inside the transaction. A store may send it
+	// with the COMMIT (PostgresStore does, saving a round trip): Commit then
+	// returns its error, ErrLeaseLost included, having rolled back.
 	Complete(ctx context.Context, s Scope, token int64, now time.Time, resp *StoredResponse) error
 	Commit(ctx context.Context) error
 	// Rollback aborts the transaction. It is safe to call after Commit.

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/url"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,10 +76,9 @@ func (p *tcpProxy) accept() {
 		p.mu.Lock()
 		p.conns[up] = struct{}{}
 		p.mu.Unlock()
-		pair := &connPair{}
 		p.wg.Add(2)
-		go p.pipe(c, up, pair, true)
-		go p.pipe(up, c, pair, false)
+		go p.pipe(c, up, true)
+		go p.pipe(up, c, false)
 	}
 }
 
@@ -91,14 +89,9 @@ func (p *tcpProxy) drop(c net.Conn) {
 	_ = c.Close()
 }
 
-// connPair is the state shared by the two directions of one connection.
-type connPair struct {
-	dropReplies atomic.Bool // the server's next bytes are swallowed and the client cut off
-}
-
-// pipe copies src to dst. fromClient marks the client-to-server direction,
-// where a COMMIT is looked for.
-func (p *tcpProxy) pipe(src, dst net.Conn, pair *connPair, fromClient bool) {
+// pipe copies src to dst. fromClient marks the client-to-server direction;
+// the other one carries the answers, where a COMMIT's is looked for.
+func (p *tcpProxy) pipe(src, dst net.Conn, fromClient bool) {
 	defer p.wg.Done()
 	defer p.drop(src)
 	defer p.drop(dst)
@@ -111,19 +104,10 @@ func (p *tcpProxy) pipe(src, dst net.Conn, pair *connPair, fromClient bool) {
 			p.mu.Unlock()
 			<-thaw // frozen: hold the bytes until thawed or closed
 			chunk := buf[:n]
-			if !fromClient && pair.dropReplies.Load() {
+			if !fromClient && p.isDroppedCommitReply(chunk) {
 				// The server answered the COMMIT: cut the client off
 				// without relaying the answer.
 				return
-			}
-			if fromClient && isCommitMessage(chunk) {
-				p.mu.Lock()
-				if p.dropCommit {
-					p.dropCommit = false
-					p.commitsDrops++
-					pair.dropReplies.Store(true)
-				}
-				p.mu.Unlock()
 			}
 			if _, werr := dst.Write(chunk); werr != nil {
 				return
@@ -135,10 +119,21 @@ func (p *tcpProxy) pipe(src, dst net.Conn, pair *connPair, fromClient bool) {
 	}
 }
 
-// isCommitMessage reports whether chunk holds a simple-protocol query
-// message ('Q') whose text is COMMIT.
-func isCommitMessage(chunk []byte) bool {
-	return len(chunk) > 5 && chunk[0] == 'Q' && bytes.HasPrefix(bytes.ToLower(chunk[5:]), []byte("commit"))
+// commitComplete is PostgreSQL's CommandComplete message of a COMMIT.
+var commitComplete = []byte("C\x00\x00\x00\x0bCOMMIT\x00")
+
+// isDroppedCommitReply reports whether chunk, from the server, answers a
+// COMMIT (sent alone or at the end of a pipeline) whose answer the proxy was
+// told to drop, and counts it.
+func (p *tcpProxy) isDroppedCommitReply(chunk []byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.dropCommit || !bytes.Contains(chunk, commitComplete) {
+		return false
+	}
+	p.dropCommit = false
+	p.commitsDrops++
+	return true
 }
 
 // Cut closes every connection and refuses new ones for d.

@@ -1,0 +1,11 @@
+-- The completion UPDATE is the second write of every row. It can stay on
+-- the row's page without touching any index (a HOT update) only if it
+-- changes no indexed column and no column of an index predicate. The
+-- partial index on locked_until WHERE state = 'in_progress' covered both
+-- columns the completion changes, and no statement reads through it (leases
+-- are taken over by primary key, the sweep goes by expires_at), so it goes.
+--
+-- fillfactor stays at its default: with 8 concurrent claim-and-complete
+-- loops, 96% of completions were HOT at fillfactor 100 and 100% at 70, but
+-- the table took 75% more pages at 70.
+DROP INDEX IF EXISTS idempotency_keys_in_progress_idx;

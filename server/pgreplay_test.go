@@ -1,0 +1,240 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/testpg"
+)
+
+// A claim that meets a completed record only reads it: inside a transaction
+// it leaves no transaction id assigned (it wrote nothing, not even a row
+// lock), so in lease mode a replay commits nothing and waits for no flush.
+func TestPostgresClaim_ReplayOfCompletedRecordWritesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := migratedPostgresStore(t)
+	pool := store.Pool()
+
+	now := time.Now()
+	req := payClaim("replayed", []byte("fp"), now, time.Minute, time.Hour)
+	res, err := store.Claim(ctx, req)
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	require.NoError(t, store.Complete(ctx, req.Scope, res.Token, now, &StoredResponse{Status: 201, Body: []byte("ok")}))
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	again, err := pgClaimOn(ctx, tx, store.clock, req)
+	require.NoError(t, err)
+	require.False(t, again.Acquired)
+	require.NotNil(t, again.Existing)
+	require.Equal(t, StateCompleted, again.Existing.State)
+	require.Equal(t, []byte("ok"), again.Existing.Response.Body)
+
+	var xid *string
+	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_current_xact_id_if_assigned()::text`).Scan(&xid))
+	require.Nil(t, xid, "the replay's claim wrote (or locked) a row")
+}
+
+// The completion of a claim rewrites only columns no index covers, so
+// PostgreSQL updates the row in place on its page (a HOT update) instead of
+// writing a new entry in every index.
+func TestPostgresComplete_IsHeapOnlyUpdate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := migratedPostgresStore(t)
+
+	// One transaction, so that its own statistics count exactly these rows.
+	tx, err := store.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	const n = 100
+	body := []byte(`{"id":"pay_0123456789abcdef","amount":1000,"currency":"EUR","status":"succeeded"}`)
+	for i := range n {
+		now := time.Now()
+		req := payClaim(fmt.Sprintf("key-%03d", i), make([]byte, 32), now, time.Minute, 24*time.Hour)
+		res, err := pgClaimOn(ctx, tx, store.clock, req)
+		require.NoError(t, err)
+		require.True(t, res.Acquired)
+		resp := &StoredResponse{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: body}
+		require.NoError(t, pgCompleteOn(ctx, tx, store.clock, req.Scope, res.Token, now, resp))
+	}
+	var updates, hot int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
+		WHERE schemaname = current_schema() AND relname = 'idempotency_keys'`).Scan(&updates, &hot))
+	require.Equal(t, n, updates)
+	t.Logf("%d of %d completions HOT", hot, updates)
+	require.GreaterOrEqual(t, hot, n*9/10, "HOT completions")
+}
+
+// migratedPostgresStore is a store on the database's clock over a fresh
+// schema.
+func migratedPostgresStore(t *testing.T) *PostgresStore {
+	t.Helper()
+	store, err := NewPostgresStore(testpg.Pool(t), nil)
+	require.NoError(t, err)
+	require.NoError(t, store.Migrate(context.Background()))
+	return store
+}
+
+// Commit sends the completion and the COMMIT in one round trip. A
+// completion that matches no claim (here: the record expired while the
+// handler ran) must abort the transaction before the COMMIT reaches it, so
+// the effect is rolled back with it, and Commit reports ErrLeaseLost.
+func TestPostgresTx_CompletionMatchingNoClaimRollsBackTheEffect(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := WithCallerClock(migratedPostgresStore(t))
+	_, err := store.Pool().Exec(ctx, "CREATE TABLE effects (id bigserial PRIMARY KEY)")
+	require.NoError(t, err)
+
+	now := time.Now()
+	req := payClaim("expires-in-flight", []byte("fp"), now, time.Second, time.Minute)
+	tx, err := store.BeginTx(ctx, 0)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	res, err := tx.Claim(ctx, req)
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	_, err = tx.Handle().(pgx.Tx).Exec(ctx, "INSERT INTO effects DEFAULT VALUES")
+	require.NoError(t, err)
+	require.NoError(t, tx.Complete(ctx, req.Scope, res.Token, now.Add(2*time.Minute), &StoredResponse{Status: 201}))
+	require.ErrorIs(t, tx.Commit(ctx), ErrLeaseLost)
+
+	var effects int
+	require.NoError(t, store.Pool().QueryRow(ctx, "SELECT count(*) FROM effects").Scan(&effects))
+	require.Zero(t, effects, "the effect committed without its stored response")
+	_, err = store.Get(ctx, req.Scope, now)
+	require.ErrorIs(t, err, ErrNotFound, "the claim rolled back too")
+}
+
+// Commit sends its COMMIT past the handler's pgx.Tx and gives the connection
+// back to the pool: from then on the pgx.Tx refuses every statement instead
+// of running it outside the transaction, on a connection another request
+// may hold.
+func TestPostgresTx_HandleIsClosedOnceCommitted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := migratedPostgresStore(t)
+	now := time.Now()
+	req := payClaim("closed-handle", []byte("fp"), now, time.Second, time.Minute)
+	tx, err := store.BeginTx(ctx, 0)
+	require.NoError(t, err)
+	res, err := tx.Claim(ctx, req)
+	require.NoError(t, err)
+	require.NoError(t, tx.Complete(ctx, req.Scope, res.Token, now, &StoredResponse{Status: 201}))
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, tx.Rollback(ctx), "Rollback after Commit is a no-op")
+
+	h := tx.Handle().(pgx.Tx)
+	_, err = h.Exec(ctx, "SELECT 1")
+	require.ErrorIs(t, err, pgx.ErrTxClosed)
+	var one int
+	require.ErrorIs(t, h.QueryRow(ctx, "SELECT 1").Scan(&one), pgx.ErrTxClosed)
+	require.ErrorIs(t, h.SendBatch(ctx, &pgx.Batch{}).Close(), pgx.ErrTxClosed)
+	require.ErrorIs(t, h.Commit(ctx), pgx.ErrTxClosed)
+	require.Nil(t, h.Conn())
+
+	rec, err := store.Get(ctx, req.Scope, now)
+	require.NoError(t, err)
+	require.Equal(t, StateCompleted, rec.State)
+}
+
+// payClaim is the claim of key on POST /pay for principal p at now.
+func payClaim(key string, fp []byte, now time.Time, lease, window time.Duration) ClaimRequest {
+	return ClaimRequest{
+		Scope:              Scope{Principal: "p", Endpoint: "POST /pay", Key: key},
+		Fingerprint:        fp,
+		FingerprintVersion: 1,
+		Now:                now,
+		LockedUntil:        now.Add(lease),
+		ExpiresAt:          now.Add(window),
+	}
+}
+
+// pgRoundTrips counts what a pool sends: one per query outside a batch, one
+// per batch.
+type pgRoundTrips struct{ n atomic.Int64 }
+
+func (c *pgRoundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (*pgRoundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *pgRoundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (*pgRoundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (*pgRoundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// A transactional-mode new key costs the store two round trips: BEGIN, its
+// timeouts and the claim in one, the completion and the COMMIT in the other.
+func TestPostgresTx_NewKeyCostsTwoRoundTrips(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, trips := tracedPostgresStore(t)
+
+	newKey := func(key string) int64 {
+		before := trips.n.Load()
+		tx, err := store.BeginTx(ctx, 0)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		req := payClaim(key, []byte("fp"), time.Now(), time.Second, time.Minute)
+		res, err := tx.Claim(ctx, req)
+		require.NoError(t, err)
+		require.True(t, res.Acquired)
+		require.NoError(t, tx.Complete(ctx, req.Scope, res.Token, req.Now, &StoredResponse{Status: 201}))
+		require.NoError(t, tx.Commit(ctx))
+		return trips.n.Load() - before
+	}
+	newKey("warm-up")
+	require.EqualValues(t, 2, newKey("counted"))
+}
+
+// A lease-mode replay costs one round trip: the claim statement reads the
+// completed record.
+func TestPostgresClaim_ReplayCostsOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, trips := tracedPostgresStore(t)
+	req := payClaim("replayed", []byte("fp"), time.Now(), time.Minute, time.Hour)
+	res, err := store.Claim(ctx, req)
+	require.NoError(t, err)
+	require.NoError(t, store.Complete(ctx, req.Scope, res.Token, req.Now, &StoredResponse{Status: 201}))
+
+	before := trips.n.Load()
+	again, err := store.Claim(ctx, req)
+	require.NoError(t, err)
+	require.NotNil(t, again.Existing)
+	require.EqualValues(t, 1, trips.n.Load()-before)
+}
+
+// tracedPostgresStore is a migrated store on a pool of one connection
+// (whose statement cache the first statements warm) that counts its round
+// trips.
+func tracedPostgresStore(t *testing.T) (*PostgresStore, *pgRoundTrips) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testpg.SchemaDSN(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	trips := &pgRoundTrips{}
+	cfg.ConnConfig.Tracer = trips
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	store, err := NewPostgresStore(pool, nil)
+	require.NoError(t, err)
+	require.NoError(t, store.Migrate(context.Background()))
+	return store, trips
+}
