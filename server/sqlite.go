@@ -777,11 +777,16 @@ func (t *sqliteTx) end(ctx context.Context, finish func() error) error {
 	// proceed.
 	t.store.dropTxScopes(t.scopes)
 	t.scopes = nil
-	// The transaction's outcome is err alone: a failure to tidy up the
-	// connection afterwards must not turn a commit into an error, so it is
-	// logged, and a connection whose busy_timeout could not be restored is
-	// discarded rather than returned to the pool.
-	if _, rerr := t.conn.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf("PRAGMA busy_timeout = %d", t.prevBusy)); rerr != nil {
+	// A COMMIT or ROLLBACK that failed may have left the transaction open
+	// (and the write lock held): the connection is discarded, which closes
+	// it and so rolls the transaction back, rather than returned to the
+	// pool; its busy_timeout no longer matters. The transaction's outcome is
+	// err alone: a failure to tidy up the connection afterwards must not
+	// turn a commit into an error, so it is logged, and a connection whose
+	// busy_timeout could not be restored is discarded too.
+	if err != nil && !errors.Is(err, sql.ErrTxDone) {
+		t.store.discardConn(t.conn)
+	} else if _, rerr := t.conn.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf("PRAGMA busy_timeout = %d", t.prevBusy)); rerr != nil {
 		t.store.discardConn(t.conn)
 		t.store.cfg.Logger.WarnContext(ctx, "idemkit: could not restore busy_timeout after a transaction; the connection is discarded",
 			"error", interpretSQLiteError(rerr))
