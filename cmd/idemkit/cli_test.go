@@ -173,7 +173,7 @@ func TestStopped_ShowsTheAttemptError(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	queue := filepath.Join(t.TempDir(), "q.db")
-	code, _, errOut := cli(t, ctx, "", "do", "--queue", queue, "--url", deadURL(t), "--key", "k", "--timeout", "700ms")
+	code, _, errOut := cli(t, ctx, "", "do", "--queue", queue, "--url", deadURL(t), "--key", "k", "--timeout", "2s")
 	require.Equal(t, exitInterrupted, code, errOut)
 	require.Regexp(t, `pending, attempts=\d+, next_attempt_at=\S+, last_error="[^"]*connection refused"`, errOut)
 	code, out, errOut := cli(t, ctx, "", "show", "--queue", queue, "k")

@@ -63,6 +63,10 @@ queued and do prints the 'idemkit run' command that finishes it with the same ke
 				if errors.Is(err, idemkit.ErrKeyReused) {
 					return fmt.Errorf("--key %s is already in the queue with a different request (nothing sent): %w", req.Key, err)
 				}
+				if cause := context.Cause(ctx); ctx.Err() != nil && cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+					// --timeout ended before the intent was written: nothing to resume.
+					return &statusError{code: exitInterrupted, err: fmt.Errorf("%s before the intent was queued: nothing was sent or queued; run the command again", cause)}
+				}
 				return err
 			}
 			if in.State == idemkit.StatePending {
