@@ -192,15 +192,19 @@ func interruptDo(t *testing.T, api *payAPI, vars []string, args ...string) strin
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	select {
 	case <-api.started:
+	case err := <-exited:
+		t.Fatalf("do exited (%v) before the payment started; stderr:\n%s", err, stderr.String())
 	case <-time.After(30 * time.Second):
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		<-exited
 		t.Fatalf("the payment never started; stderr:\n%s", stderr.String())
 	}
 	require.NoError(t, cmd.Process.Signal(os.Interrupt))
-	err := cmd.Wait()
+	err := <-exited
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee, "stderr:\n%s", stderr.String())
 	require.Equal(t, exitSIGINT, ee.ExitCode(), "SIGINT exits 130; stderr:\n%s", stderr.String())

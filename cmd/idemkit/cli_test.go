@@ -212,8 +212,7 @@ func TestRun_MaxAttemptsPerRun(t *testing.T) {
 		require.Equal(t, "pending", j.State)
 		sent := 0
 		for _, a := range j.AttemptLog[before:] {
-			// Without an SDK bound, an intent claimed again after it reached
-			// the bound is refused by the send hook: logged, never sent.
+			// An attempt refused at the bound (logged, never sent) is not one.
 			if !strings.Contains(a.Error, "--max-attempts 2 reached") {
 				sent++
 			}
