@@ -159,45 +159,17 @@ func TestResume_InterruptedDoHintResumesWithCredentials(t *testing.T) {
 	queue := filepath.Join(t.TempDir(), "q.db")
 	vars := binEnv(t)
 
-	cmd := exec.Command(idemkitBin(t), "do", "--queue", queue, "--url", api.URL+"/v1/payments",
+	stderr := interruptDo(t, api, vars, "do", "--queue", queue, "--url", api.URL+"/v1/payments",
 		"-H", "Content-Type: application/json", "-H", "Authorization: Bearer "+account, "--data", usd40)
-	cmd.Env = vars
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	require.NoError(t, cmd.Start())
-	select {
-	case <-api.started:
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("the payment never started; stderr:\n%s", stderr.String())
-	}
-	require.NoError(t, cmd.Process.Signal(os.Interrupt))
-	err := cmd.Wait()
-	var ee *exec.ExitError
-	require.ErrorAs(t, err, &ee, "stderr:\n%s", stderr.String())
-	require.Equal(t, exitSIGINT, ee.ExitCode(), "SIGINT exits 130; stderr:\n%s", stderr.String())
-	require.NotContains(t, stderr.String(), account, "the credential is never printed")
-	require.Empty(t, stdout.String(), "no body: there is no outcome yet")
+	require.NotContains(t, stderr, account, "the credential is never printed")
 
 	// The hint: a command line that resumes.
-	var hint string
-	for _, l := range strings.Split(stderr.String(), "\n") {
-		if strings.HasPrefix(strings.TrimSpace(l), "idemkit run ") {
-			hint = strings.TrimSpace(l)
-		}
-	}
-	require.NotEmpty(t, hint, "no resume command in:\n%s", stderr.String())
+	hint := resumeCommand(t, stderr)
 	require.Contains(t, hint, "--until-done")
 	require.Contains(t, hint, "--queue "+queue)
 	require.Contains(t, hint, "-H 'Authorization: …'", "names the credential it needs")
 
-	args := shellSplit(t, strings.TrimPrefix(hint, "idemkit "))
-	for i, a := range args {
-		if a == "Authorization: …" {
-			args[i] = "Authorization: Bearer " + account
-		}
-	}
-	r := runBin(t, vars, "", args...)
+	r := runBin(t, vars, "", hintArgs(t, hint, "Authorization: Bearer "+account)...)
 	require.Equal(t, exitOK, r.code, "the hint resumes: %s", r.stderr)
 	require.Contains(t, r.stdout, "succeeded 201 Created, replayed=true", "the resumed intent is reported as a replay, not a fresh charge")
 	require.Equal(t, 1, api.payments(t, account), "one payment")
@@ -208,6 +180,62 @@ func TestResume_InterruptedDoHintResumesWithCredentials(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got))
 	require.Equal(t, "succeeded", got["state"])
 	require.Equal(t, true, got["replayed"])
+}
+
+// interruptDo runs the idemkit do args against api, sends it SIGINT once
+// the payment started, checks that it exits 130 with no body, and returns
+// its stderr.
+func interruptDo(t *testing.T, api *payAPI, vars []string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(idemkitBin(t), args...)
+	cmd.Env = vars
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case <-api.started:
+	case err := <-exited:
+		t.Fatalf("do exited (%v) before the payment started; stderr:\n%s", err, stderr.String())
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+		t.Fatalf("the payment never started; stderr:\n%s", stderr.String())
+	}
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	err := <-exited
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "stderr:\n%s", stderr.String())
+	require.Equal(t, exitSIGINT, ee.ExitCode(), "SIGINT exits 130; stderr:\n%s", stderr.String())
+	require.Empty(t, stdout.String(), "no body: there is no outcome yet")
+	return stderr.String()
+}
+
+// resumeCommand is the last "idemkit run ..." line of stderr.
+func resumeCommand(t *testing.T, stderr string) string {
+	t.Helper()
+	var hint string
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "idemkit run ") {
+			hint = strings.TrimSpace(l)
+		}
+	}
+	require.NotEmpty(t, hint, "no resume command in:\n%s", stderr)
+	return hint
+}
+
+// hintArgs are the arguments of a resume command with the credential
+// placeholder "Authorization: …" replaced by cred.
+func hintArgs(t *testing.T, hint, cred string) []string {
+	t.Helper()
+	args := shellSplit(t, strings.TrimPrefix(hint, "idemkit "))
+	for i, a := range args {
+		if a == "Authorization: …" {
+			args[i] = cred
+		}
+	}
+	return args
 }
 
 // shellSplit splits a command line with single quotes (what resumeHint
@@ -464,4 +492,46 @@ func TestRun_SIGINTExits130(t *testing.T) {
 		}
 		require.Equal(t, want, code, "%v", sig)
 	}
+}
+
+// TestWindow_LateResumeExpiresInsteadOfResending: with --window (a server
+// that forgets keys sooner than 24 h and does not say so), a do
+// interrupted mid-payment and resumed after the window is not sent again
+// (the server might have forgotten the key and charge twice): the printed
+// command keeps --window, and run ends the intent expired (exit 4) with no
+// new attempt.
+func TestWindow_LateResumeExpiresInsteadOfResending(t *testing.T) {
+	t.Parallel()
+	api := newPayAPI(t, 1500*time.Millisecond)
+	queue := filepath.Join(t.TempDir(), "q.db")
+	vars := binEnv(t)
+	stderr := interruptDo(t, api, vars, "do", "--queue", queue, "--url", api.URL+"/v1/payments",
+		"-H", "Authorization: Bearer hana", "--data", usd40, "--key", "late", "--window", "1s")
+	hint := resumeCommand(t, stderr)
+	require.Contains(t, hint, "--window 1s")
+
+	r := runBin(t, vars, "", "show", "--queue", queue, "late", "--json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var before struct {
+		Horizon time.Time `json:"horizon"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &before))
+	require.False(t, before.Horizon.IsZero())
+	// The resume comes late: wait out the horizon itself.
+	<-time.After(time.Until(before.Horizon) + 100*time.Millisecond)
+
+	r = runBin(t, vars, "", hintArgs(t, hint, "Authorization: Bearer hana")...)
+	require.Equal(t, exitExpired, r.code, r.stderr)
+	require.Contains(t, r.stdout, "expired (outcome unknown")
+	r = runBin(t, vars, "", "show", "--queue", queue, "late", "--json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var after struct {
+		State      string `json:"state"`
+		AttemptLog []any  `json:"attempt_log"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &after))
+	require.Equal(t, "expired", after.State)
+	require.Len(t, after.AttemptLog, 1, "no attempt after the window")
+	// The server finishes the interrupted attempt's payment (after its delay): that one only.
+	require.Eventually(t, func() bool { return api.payments(t, "hana") == 1 }, 20*time.Second, 20*time.Millisecond)
 }

@@ -173,7 +173,7 @@ func TestStopped_ShowsTheAttemptError(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	queue := filepath.Join(t.TempDir(), "q.db")
-	code, _, errOut := cli(t, ctx, "", "do", "--queue", queue, "--url", deadURL(t), "--key", "k", "--timeout", "700ms")
+	code, _, errOut := cli(t, ctx, "", "do", "--queue", queue, "--url", deadURL(t), "--key", "k", "--timeout", "2s")
 	require.Equal(t, exitInterrupted, code, errOut)
 	require.Regexp(t, `pending, attempts=\d+, next_attempt_at=\S+, last_error="[^"]*connection refused"`, errOut)
 	code, out, errOut := cli(t, ctx, "", "show", "--queue", queue, "k")
@@ -212,8 +212,7 @@ func TestRun_MaxAttemptsPerRun(t *testing.T) {
 		require.Equal(t, "pending", j.State)
 		sent := 0
 		for _, a := range j.AttemptLog[before:] {
-			// Without an SDK bound, an intent claimed again after it reached
-			// the bound is refused by the send hook: logged, never sent.
+			// An attempt refused at the bound (logged, never sent) is not one.
 			if !strings.Contains(a.Error, "--max-attempts 2 reached") {
 				sent++
 			}
@@ -409,4 +408,35 @@ func TestRun_ResumeHintNamesQueuedCredentials(t *testing.T) {
 	code, _, errOut = cli(t, ctx, "", "run", "--queue", queue, "--until-done", "--timeout", "300ms")
 	require.Equal(t, exitInterrupted, code, errOut)
 	require.Regexp(t, `idemkit run --queue \S+ --until-done .*-H 'X-Api-Key: …'`, errOut)
+}
+
+// TestRetry_HintNamesTheOriginalCredentials: the command retry prints asks
+// for the credential headers the failed intent was queued with.
+func TestRetry_HintNamesTheOriginalCredentials(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t)
+	ctx := testCtx(t)
+	queue := filepath.Join(t.TempDir(), "q.db")
+	code, _, errOut := cli(t, ctx, "", "do", "--queue", queue, "--url", a.URL+"/charges", "-H", "Authorization: Bearer x", "--data", "bad", "--key", "k")
+	require.Equal(t, exitFailed, code, errOut)
+	code, _, errOut = cli(t, ctx, "", "retry", "--queue", queue, "k", "--yes")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, errOut, "idemkit run --queue "+queue+" --until-done --host "+a.URL+" -H 'Authorization: …'")
+	require.NotContains(t, errOut, "Bearer x")
+}
+
+// TestDo_ResumeHintNamesEveryCredentialHeader: the hint of an interrupted
+// do asks for every credential header the intent was queued with, not
+// only Authorization.
+func TestDo_ResumeHintNamesEveryCredentialHeader(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	queue := filepath.Join(t.TempDir(), "q.db")
+	code, _, errOut := cli(t, ctx, "", "do", "--queue", queue, "--url", deadURL(t), "-H", "X-Api-Key: k_s3cr3t", "--max-attempts", "1")
+	require.Equal(t, exitInterrupted, code, errOut)
+	require.Regexp(t, `idemkit run --queue \S+ --until-done --host \S+ -H 'X-Api-Key: …'`, errOut)
+	require.NotContains(t, errOut, "k_s3cr3t")
+	code, _, errOut = cli(t, ctx, "", "submit", "--queue", queue, "--url", deadURL(t), "-H", "X-Api-Key: k_s3cr3t")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, errOut, "X-Api-Key not stored in the queue")
 }

@@ -63,6 +63,10 @@ queued and do prints the 'idemkit run' command that finishes it with the same ke
 				if errors.Is(err, idemkit.ErrKeyReused) {
 					return fmt.Errorf("--key %s is already in the queue with a different request (nothing sent): %w", req.Key, err)
 				}
+				if cause := context.Cause(ctx); ctx.Err() != nil && cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+					// --timeout ended before the intent was written: nothing to resume.
+					return &statusError{code: exitError, err: fmt.Errorf("%s before the intent was queued (the queue file was slow to write): nothing was sent or queued; run the command again", cause)}
+				}
 				return err
 			}
 			if in.State == idemkit.StatePending {
@@ -89,7 +93,7 @@ queued and do prints the 'idemkit run' command that finishes it with the same ke
 					in = withAttemptError(in, log)
 				}
 				return &statusError{code: exitInterrupted, err: fmt.Errorf("%s: %s\nidemkit: the intent stays queued; resume it (same key) with:\n  %s",
-					why, summary(in), resumeHint(abs, sf.window, hostOf(in.URL), credentialsIn(req.Header)))}
+					why, summary(in), resumeHint(abs, sf.window, hostOf(in.URL), in.CredentialHeaders))}
 			}
 			if g.json {
 				if jerr := printIntent(cmd, c, in, true); jerr != nil {

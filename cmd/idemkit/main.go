@@ -196,9 +196,10 @@ create it; the other commands report "no queue at PATH".
 	root.SetErr(e.stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return &statusError{code: exitError, err: err} })
 	pf := root.PersistentFlags()
-	pf.StringVarP(&g.queue, "queue", "q", "", "queue file (default $"+queueEnv+", else $XDG_STATE_HOME/idemkit/queue.db)")
+	pf.StringVarP(&g.queue, "queue", "q", "", "queue file (default $"+queueEnv+", else $XDG_STATE_HOME/idemkit/queue.db, else ~/.local/state/idemkit/queue.db)")
 	pf.BoolVar(&g.json, "json", false, "print JSON: one object per line on stdout")
 	pf.BoolVarP(&g.verbose, "verbose", "v", false, "show every attempt and why it was retried (stderr)")
+	root.Flags().Bool("version", false, "print the module version and the queue schema version")
 	root.AddCommand(newSubmitCmd(e, g), newRunCmd(e, g), newLsCmd(e, g), newShowCmd(e, g), newDoCmd(e, g),
 		newCancelCmd(e, g), newPruneCmd(e, g), newRetryCmd(e, g))
 	for _, c := range root.Commands() {

@@ -168,7 +168,12 @@ the intent).`,
 			if aerr != nil {
 				abs = qf.path
 			}
-			fmt.Fprintf(e.stderr, "idemkit: queued as %s with key %s; send it with (adding the credential -H the original had):\n  %s\n", in.ID, key, resumeHint(abs, 0, "", nil))
+			host := ""
+			if len(old.CredentialHeaders) > 0 {
+				host = hostOf(old.URL)
+			}
+			fmt.Fprintf(e.stderr, "idemkit: queued as %s with key %s; send it with (the credentials the original was queued with are never stored: fill them in):\n  %s\n",
+				in.ID, key, resumeHint(abs, 0, host, old.CredentialHeaders))
 			return nil
 		},
 	}

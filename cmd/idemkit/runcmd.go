@@ -193,7 +193,7 @@ func (r *runner) printEnded(in *idemkit.Intent) error {
 		return nil
 	}
 	r.p.println(r.e.stdout, summary(in))
-	if in.Outcome != nil && (in.Outcome.Status == http.StatusUnauthorized || in.Outcome.Status == http.StatusForbidden) && len(r.creds) == 0 {
+	if in.Outcome != nil && (in.Outcome.Status == http.StatusUnauthorized || in.Outcome.Status == http.StatusForbidden) && r.scope == nil {
 		r.p.println(r.e.stderr, fmt.Sprintf("idemkit: %s: the server answered %s and this run sent no credentials: credential headers are never stored; give them with -H 'Authorization: …' (then 'idemkit retry %s')",
 			shortID(in.ID), statusText(in.Outcome.Status), shortID(in.ID)))
 	}

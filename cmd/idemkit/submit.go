@@ -17,7 +17,8 @@ func newSubmitCmd(e *env, g *globals) *cobra.Command {
 		Short: "Queue one request (persisted, not sent) and print its intent id",
 		Long: `submit persists one intent and prints its id alone on one line (with --json: the intent
 as one JSON object). Nothing is sent: 'idemkit run' sends it. Credential headers
-(Authorization, Proxy-Authorization, Cookie) are never stored: give them to 'idemkit run -H'.`,
+(Authorization, Proxy-Authorization, Cookie, X-Api-Key, *-Token, *-Secret, ...: the SDK's
+Config.CredentialHeaders) are never stored, only their names: give them to 'idemkit run -H'.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req, err := rf.request(cmd.InOrStdin())
@@ -27,9 +28,6 @@ as one JSON object). Nothing is sent: 'idemkit run' sends it. Credential headers
 			qf, err := g.queueFile(e)
 			if err != nil {
 				return err
-			}
-			if creds := credentialsIn(req.Header); len(creds) > 0 {
-				fmt.Fprintf(e.stderr, "idemkit: %s not stored in the queue; give it to 'idemkit run -H' instead\n", strings.Join(creds, ", "))
 			}
 			c, err := qf.open(cmd.Context(), mayCreate, nil)
 			if err != nil {
@@ -42,6 +40,9 @@ as one JSON object). Nothing is sent: 'idemkit run' sends it. Credential headers
 			}
 			if err != nil {
 				return err
+			}
+			if creds := in.CredentialHeaders; len(creds) > 0 {
+				fmt.Fprintf(e.stderr, "idemkit: %s not stored in the queue; give it to 'idemkit run -H' instead\n", strings.Join(creds, ", "))
 			}
 			if g.json {
 				return writeJSON(e.stdout, toJSON(in))
