@@ -91,7 +91,7 @@ func BenchmarkSubmit(b *testing.B) {
 					return err
 				}
 				if _, err := tx.Exec(sqlInsertIntent, id, id, "POST", "http://127.0.0.1:1/charges", "http://127.0.0.1:1",
-					[]byte("{}"), body, fp, ts, ts, ts); err != nil {
+					[]byte("{}"), body, fp, ts, ts, ts, "bench", nil); err != nil {
 					tx.Rollback()
 					return err
 				}
