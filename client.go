@@ -706,14 +706,25 @@ func (c *Client) Submit(ctx context.Context, req *Request) (*Intent, error) {
 		return nil, err
 	}
 	op := &submitOp{ctx: ctx, p: p, id: id, now: c.now(), done: make(chan submitResult, 1)}
-	c.q.waiting.Add(1)
 	defer c.q.waiting.Add(-1)
-	select {
-	case c.submitCh <- op:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-c.closeCtx.Done():
-		return nil, ErrClosed
+	if c.q.waiting.Add(1) == 1 {
+		// No other Submit in progress: commit it here, without the two
+		// goroutine hand-offs to the committer and back (a lone caller
+		// pays what one INSERT per transaction pays). Submit calls arriving
+		// meanwhile go to the committer, which waits for the write lock.
+		if !c.enter() {
+			return nil, ErrClosed
+		}
+		c.q.insertBatch(context.Background(), []*submitOp{op})
+		c.wg.Done()
+	} else {
+		select {
+		case c.submitCh <- op:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.closeCtx.Done():
+			return nil, ErrClosed
+		}
 	}
 	r := <-op.done
 	if r.err != nil {
@@ -986,8 +997,14 @@ func (c *Client) credsFor(id string) http.Header {
 	return c.creds[id]
 }
 
+// forget drops what this process kept in memory about intent id, which
+// ended: its credential headers and its attempt count (an ended intent is
+// never claimed again).
 func (c *Client) forget(id string) {
 	c.credMu.Lock()
 	delete(c.creds, id)
 	c.credMu.Unlock()
+	c.triesMu.Lock()
+	delete(c.tries, id)
+	c.triesMu.Unlock()
 }

@@ -42,7 +42,9 @@ func TestQueue_GroupCommit(t *testing.T) {
 		require.NoError(t, err)
 	}
 	batches := b.c.q.batches.Load() - before
-	require.LessOrEqual(t, batches, int64(2), "got %d transactions for %d intents", batches, n)
+	// The first Submit commits on its own goroutine (no other in progress),
+	// the committer's first op waited alone, the rest share one batch.
+	require.LessOrEqual(t, batches, int64(3), "got %d transactions for %d intents", batches, n)
 	counts, err := b.c.Counts(ctx)
 	require.NoError(t, err)
 	require.Equal(t, n, counts[StatePending])
@@ -441,7 +443,7 @@ func TestGroupCommit_OneBatchKeepsEachSubmitsAnswer(t *testing.T) {
 	eventually(t, 10*time.Second, func() bool { return b.c.q.waiting.Load() == int64(len(reqs)) }, "Submit calls waiting")
 	unlock()
 	wg.Wait()
-	require.LessOrEqual(t, b.c.q.batches.Load()-before, int64(2))
+	require.LessOrEqual(t, b.c.q.batches.Load()-before, int64(3)) // see TestQueue_GroupCommit
 
 	dupA, dupB := answers[0], answers[1]
 	require.NoError(t, dupA.err)
