@@ -522,6 +522,11 @@ func newClient(ctx context.Context, db *sql.DB, cfg *Config, busyRetry time.Dura
 	if err := c.q.migrate(ctx, c.now()); err != nil {
 		return nil, fmt.Errorf("idemkit: migrate queue: %w", err)
 	}
+	var mode string
+	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return nil, fmt.Errorf("idemkit: queue journal mode: %w", interpretError(err))
+	}
+	c.q.wal = strings.EqualFold(mode, "wal")
 	if err := c.q.locate(ctx, cmp.Or(cfg.instanceHost, hostID()), file, c.now()); err != nil {
 		return nil, fmt.Errorf("idemkit: record where the queue lives: %w", err)
 	}

@@ -92,7 +92,13 @@ type queue struct {
 	// one (both for tests and the curious).
 	batches atomic.Int64
 	waiting atomic.Int64
-	commits atomic.Int64 // write transactions committed (each one fsync)
+	commits atomic.Int64 // write transactions committed
+	// syncedCommits counts the commits made with the connection's own
+	// synchronous level (FULL: one fsync each); the others are relaxed.
+	syncedCommits atomic.Int64
+	// wal is set when the queue is in WAL mode, where a commit with
+	// synchronous=NORMAL can be lost to a power cut but never corrupts.
+	wal bool
 }
 
 // execer is what *sql.Conn and *sql.Tx have in common.
@@ -108,6 +114,14 @@ type execer interface {
 // by another writer (no SQLITE_BUSY_SNAPSHOT). It commits if fn returns nil
 // and rolls back on an error or a panic.
 func (q *queue) inTx(ctx context.Context, fn func(ex execer) error) (err error) {
+	return q.tx(ctx, false, fn)
+}
+
+// tx is inTx; with relaxed, on a queue in WAL mode, the commit is made with
+// synchronous=NORMAL (no fsync: durable against a crash of the process,
+// not against a power cut; see finish) and the connection's level is put
+// back afterwards.
+func (q *queue) tx(ctx context.Context, relaxed bool, fn func(ex execer) error) (err error) {
 	q.wmu.Lock()
 	defer q.wmu.Unlock()
 	conn, err := q.db.Conn(ctx)
@@ -115,6 +129,25 @@ func (q *queue) inTx(ctx context.Context, fn func(ex execer) error) (err error) 
 		return interpretError(err)
 	}
 	defer conn.Close()
+	relaxed = relaxed && q.wal
+	if relaxed {
+		var level int
+		if err := conn.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&level); err != nil {
+			return interpretError(err)
+		}
+		if level <= 1 {
+			relaxed = false // NORMAL or OFF already: the caller's choice
+		} else {
+			if _, err := conn.ExecContext(ctx, "PRAGMA synchronous = NORMAL"); err != nil {
+				return interpretError(err)
+			}
+			defer func() {
+				if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "PRAGMA synchronous = "+strconv.Itoa(level)); rerr != nil {
+					_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+				}
+			}()
+		}
+	}
 	if err := q.begin(ctx, conn); err != nil {
 		return err
 	}
@@ -137,6 +170,9 @@ func (q *queue) inTx(ctx context.Context, fn func(ex execer) error) (err error) 
 	}
 	done = true
 	q.commits.Add(1)
+	if !relaxed {
+		q.syncedCommits.Add(1)
+	}
 	return nil
 }
 
@@ -673,8 +709,16 @@ func (q *queue) reschedule(ctx context.Context, id string, token int64, now, nex
 }
 
 // finish logs the attempt (if any) and moves the intent to a terminal state.
+//
+// An outcome the server answered (o not nil) is committed without an fsync
+// (synchronous=NORMAL, WAL mode only): a process crash cannot lose it (the
+// WAL pages are the operating system's once written), a power cut can, and
+// then the intent is pending again and its next attempt, same key, gets the
+// server's stored answer. The intent itself and its attempt were fsynced
+// before the first byte was sent. Every other terminal state (no answer:
+// expired, failed before sending) keeps the fsync.
 func (q *queue) finish(ctx context.Context, id string, token int64, now time.Time, state IntentState, o *Outcome, lastErr string, a *attemptResult) error {
-	return q.inTx(ctx, func(ex execer) error {
+	return q.tx(ctx, o != nil, func(ex execer) error {
 		if a != nil {
 			if err := q.logAttempt(ctx, ex, id, now, a); err != nil {
 				return err
