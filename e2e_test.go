@@ -332,21 +332,9 @@ func TestE2E_CrashResumesWithSameKey(t *testing.T) {
 	resume := startChild(t, "resume", "heir", queue, s.srv.URL)
 	require.NoError(t, resume.Wait())
 
-	c, err := Open(testCtx(t), queue, testConfig())
-	require.NoError(t, err)
-	defer c.Close()
-	all, err := c.List(testCtx(t), nil)
-	require.NoError(t, err)
-	require.Len(t, all, 1)
-	in := all[0]
-	require.Equal(t, key, in.Key)
-	require.Equal(t, StateSucceeded, in.State)
+	c, in := resumedIntent(t, s, queue, key)
 	require.True(t, in.Outcome.Replayed, "the resumed attempt got the stored response")
-	require.EqualValues(t, 1, s.effects.Load(), "exactly one effect")
 	require.GreaterOrEqual(t, in.Attempts, 2)
-	for _, k := range s.seenKeys() {
-		require.Equal(t, key, k)
-	}
 	log, err := c.Attempts(testCtx(t), in.ID)
 	require.NoError(t, err)
 	require.True(t, log[0].FinishedAt.IsZero(), "the killed attempt never finished")
@@ -514,21 +502,29 @@ func TestE2E_OutcomeLostAfterTheAnswerCostsOnlyAReplay(t *testing.T) {
 			resume := startChild(t, "resume", "heir", queue, s.srv.URL)
 			require.NoError(t, resume.Wait())
 
-			c, err := Open(testCtx(t), queue, testConfig())
-			require.NoError(t, err)
-			defer c.Close()
-			all, err := c.List(testCtx(t), nil)
-			require.NoError(t, err)
-			require.Len(t, all, 1)
-			in := all[0]
-			require.Equal(t, key, in.Key)
-			require.Equal(t, StateSucceeded, in.State)
+			_, in := resumedIntent(t, s, queue, key)
 			require.Equal(t, tc.wantReplay, in.Outcome.Replayed)
 			require.GreaterOrEqual(t, in.Attempts, tc.minAttempts)
-			require.EqualValues(t, 1, s.effects.Load(), "exactly one effect")
-			for _, k := range s.seenKeys() {
-				require.Equal(t, key, k)
-			}
 		})
 	}
+}
+
+// resumedIntent opens the queue after a crash and its resume and checks it
+// holds one intent, key, succeeded, with one effect on s and only key sent.
+func resumedIntent(t *testing.T, s *e2eServer, queue, key string) (*Client, *Intent) {
+	t.Helper()
+	c, err := Open(testCtx(t), queue, testConfig())
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	all, err := c.List(testCtx(t), nil)
+	require.NoError(t, err)
+	require.Len(t, all, 1)
+	in := all[0]
+	require.Equal(t, key, in.Key)
+	require.Equal(t, StateSucceeded, in.State)
+	require.EqualValues(t, 1, s.effects.Load(), "exactly one effect")
+	for _, k := range s.seenKeys() {
+		require.Equal(t, key, k)
+	}
+	return c, in
 }
