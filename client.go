@@ -688,15 +688,7 @@ func (c *Client) newIntent(req *Request) (*prepared, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	// A UUIDv7 (48-bit millisecond time, 74 random bits): ids minted in
-	// order land on the same rightmost pages of the id and key indexes, so
-	// a group commit writes a few pages to the WAL, not three random pages
-	// per intent (with UUIDv4, page writes were a third of Submit's time).
-	u, err := uuid.NewV7()
-	if err != nil {
-		return nil, "", fmt.Errorf("idemkit: mint a key: %w", err)
-	}
-	id := u.String()
+	id := uuid.NewString()
 	if p.key == "" {
 		p.key = id
 	}
