@@ -139,6 +139,19 @@
 // [ErrQueueCorrupt] and left untouched; a write lock held by another process
 // beyond the busy timeout is [ErrQueueLocked].
 //
+// Memory does not grow with the queue: intents are read from the file one
+// at a time when claimed, so a Client holds at most Config.Concurrency
+// intents (request and body, up to [MaxBodySize] each) per running Run or
+// Drain, plus the one of each Do or Wait in progress and the requests of
+// the Submit calls in progress (their callers' own, at most 256 per group
+// commit), whatever the number of queued intents. List and Counts return
+// at most ListOptions.Limit intents and one count per state. The only
+// per-intent state kept beyond that is small bookkeeping of intents this
+// process touched and that have not ended: their credential headers
+// (given to Submit or Do, never written), their attempt count
+// (Config.MaxAttempts) and, for those past it or waiting for a host's
+// probe, their id.
+//
 // # Stability
 //
 // idemkit is v0: the API may change before v1. The queue schema is

@@ -332,21 +332,9 @@ func TestE2E_CrashResumesWithSameKey(t *testing.T) {
 	resume := startChild(t, "resume", "heir", queue, s.srv.URL)
 	require.NoError(t, resume.Wait())
 
-	c, err := Open(testCtx(t), queue, testConfig())
-	require.NoError(t, err)
-	defer c.Close()
-	all, err := c.List(testCtx(t), nil)
-	require.NoError(t, err)
-	require.Len(t, all, 1)
-	in := all[0]
-	require.Equal(t, key, in.Key)
-	require.Equal(t, StateSucceeded, in.State)
+	c, in := resumedIntent(t, s, queue, key)
 	require.True(t, in.Outcome.Replayed, "the resumed attempt got the stored response")
-	require.EqualValues(t, 1, s.effects.Load(), "exactly one effect")
 	require.GreaterOrEqual(t, in.Attempts, 2)
-	for _, k := range s.seenKeys() {
-		require.Equal(t, key, k)
-	}
 	log, err := c.Attempts(testCtx(t), in.ID)
 	require.NoError(t, err)
 	require.True(t, log[0].FinishedAt.IsZero(), "the killed attempt never finished")
@@ -456,4 +444,87 @@ func TestE2E_HandlerConflictIsFinal(t *testing.T) {
 		require.False(t, ins[1].Outcome.Replayed, "a 409/429 is not stored, so it is never replayed")
 		require.EqualValues(t, 2, s.effects.Load())
 	}
+}
+
+// TestDo_SuccessPaysOneFsync: a Do answered by the server fsyncs once (the
+// intent and its attempt, before the first byte); the outcome is committed
+// with synchronous=NORMAL, and the connection is back to FULL afterwards.
+func TestDo_SuccessPaysOneFsync(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	}))
+	ctx := testCtx(t)
+	synced, all := b.c.q.syncedCommits.Load(), b.c.q.commits.Load()
+	in, err := b.c.Do(ctx, &Request{URL: b.srv.URL + "/charges", Body: []byte(`{"amount":1}`)})
+	require.NoError(t, err)
+	require.Equal(t, StateSucceeded, in.State)
+	require.EqualValues(t, 1, b.c.q.syncedCommits.Load()-synced, "one fsync")
+	require.EqualValues(t, 2, b.c.q.commits.Load()-all, "the intent, then the outcome")
+	for i := 0; i < 3; i++ { // whichever pooled connection answers
+		var level int
+		require.NoError(t, b.c.q.db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&level))
+		require.Equal(t, 2, level, "synchronous is FULL again")
+	}
+}
+
+// TestE2E_OutcomeLostAfterTheAnswerCostsOnlyAReplay: the outcome of an
+// answered attempt is written without an fsync, so a power cut may lose
+// it. A child process is SIGKILLed right after the server's answer (before
+// the outcome is written: the state a lost outcome leaves), or right after
+// the unsynced outcome commit; a new process resumes the queue: the same
+// key, one effect.
+//
+// What it proves: whatever of the outcome reached the queue, resuming sends
+// the same key and the server's stored answer ends the intent. What it
+// cannot: SIGKILL does not drop pages the operating system already holds,
+// so the "after the commit" case always finds the outcome; a power cut
+// would leave the "before" case, which the first subtest is.
+func TestE2E_OutcomeLostAfterTheAnswerCostsOnlyAReplay(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		killAt      EventKind
+		wantReplay  bool // the resume had to send it again
+		minAttempts int
+	}{
+		"KilledBeforeTheOutcome": {EventAnswered, true, 2},
+		"KilledAfterTheOutcome":  {EventEnded, false, 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := newE2EServer(t, nil)
+			queue := filepath.Join(t.TempDir(), "queue.db")
+			key := "answered-" + name
+			child := startChild(t, "do", "doomed", queue, s.srv.URL, childKeyEnv+"="+key, childKillAtEnv+"="+string(tc.killAt))
+			require.Error(t, child.Wait(), "killed")
+			require.EqualValues(t, 1, s.effects.Load(), "the server did the work once")
+
+			resume := startChild(t, "resume", "heir", queue, s.srv.URL)
+			require.NoError(t, resume.Wait())
+
+			_, in := resumedIntent(t, s, queue, key)
+			require.Equal(t, tc.wantReplay, in.Outcome.Replayed)
+			require.GreaterOrEqual(t, in.Attempts, tc.minAttempts)
+		})
+	}
+}
+
+// resumedIntent opens the queue after a crash and its resume and checks it
+// holds one intent, key, succeeded, with one effect on s and only key sent.
+func resumedIntent(t *testing.T, s *e2eServer, queue, key string) (*Client, *Intent) {
+	t.Helper()
+	c, err := Open(testCtx(t), queue, testConfig())
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	all, err := c.List(testCtx(t), nil)
+	require.NoError(t, err)
+	require.Len(t, all, 1)
+	in := all[0]
+	require.Equal(t, key, in.Key)
+	require.Equal(t, StateSucceeded, in.State)
+	require.EqualValues(t, 1, s.effects.Load(), "exactly one effect")
+	for _, k := range s.seenKeys() {
+		require.Equal(t, key, k)
+	}
+	return c, in
 }

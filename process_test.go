@@ -29,6 +29,9 @@ const (
 	// childLeaseEnv, if set, is the child's LeaseDuration (its
 	// AttemptTimeout is half of it).
 	childLeaseEnv = "IDEMKIT_TEST_LEASE"
+	// childKillAtEnv, if set, is an EventKind at which the child SIGKILLs
+	// itself (from Config.OnEventFunc, on the attempt's goroutine).
+	childKillAtEnv = "IDEMKIT_TEST_KILL_AT"
 )
 
 // childConfig is the Config of child processes: short leases, so that a
@@ -46,6 +49,16 @@ func childConfig(name string) *Config {
 			r.Header.Set("X-Child", name)
 			return nil
 		},
+	}
+	if at := EventKind(os.Getenv(childKillAtEnv)); at != "" {
+		cfg.OnEventFunc = func(e Event) {
+			if e.Kind == at {
+				if p, err := os.FindProcess(os.Getpid()); err == nil {
+					_ = p.Kill() // SIGKILL on Unix
+				}
+				select {} // the signal is on its way
+			}
+		}
 	}
 	if d, err := time.ParseDuration(os.Getenv(childLeaseEnv)); err == nil {
 		cfg.LeaseDuration, cfg.AttemptTimeout = d, d/2

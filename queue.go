@@ -92,7 +92,13 @@ type queue struct {
 	// one (both for tests and the curious).
 	batches atomic.Int64
 	waiting atomic.Int64
-	commits atomic.Int64 // write transactions committed (each one fsync)
+	commits atomic.Int64 // write transactions committed
+	// syncedCommits counts the commits made with the connection's own
+	// synchronous level (FULL: one fsync each); the others are relaxed.
+	syncedCommits atomic.Int64
+	// wal is set when the queue is in WAL mode, where a commit with
+	// synchronous=NORMAL can be lost to a power cut but never corrupts.
+	wal bool
 }
 
 // execer is what *sql.Conn and *sql.Tx have in common.
@@ -108,6 +114,14 @@ type execer interface {
 // by another writer (no SQLITE_BUSY_SNAPSHOT). It commits if fn returns nil
 // and rolls back on an error or a panic.
 func (q *queue) inTx(ctx context.Context, fn func(ex execer) error) (err error) {
+	return q.tx(ctx, false, fn)
+}
+
+// tx is inTx; with relaxed, on a queue in WAL mode, the commit is made with
+// synchronous=NORMAL (no fsync: durable against a crash of the process,
+// not against a power cut; see finish) and the connection's level is put
+// back afterwards.
+func (q *queue) tx(ctx context.Context, relaxed bool, fn func(ex execer) error) (err error) {
 	q.wmu.Lock()
 	defer q.wmu.Unlock()
 	conn, err := q.db.Conn(ctx)
@@ -115,6 +129,25 @@ func (q *queue) inTx(ctx context.Context, fn func(ex execer) error) (err error) 
 		return interpretError(err)
 	}
 	defer conn.Close()
+	relaxed = relaxed && q.wal
+	if relaxed {
+		var level int
+		if err := conn.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&level); err != nil {
+			return interpretError(err)
+		}
+		if level <= 1 {
+			relaxed = false // NORMAL or OFF already: the caller's choice
+		} else {
+			if _, err := conn.ExecContext(ctx, "PRAGMA synchronous = NORMAL"); err != nil {
+				return interpretError(err)
+			}
+			defer func() {
+				if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "PRAGMA synchronous = "+strconv.Itoa(level)); rerr != nil {
+					_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+				}
+			}()
+		}
+	}
 	if err := q.begin(ctx, conn); err != nil {
 		return err
 	}
@@ -137,6 +170,9 @@ func (q *queue) inTx(ctx context.Context, fn func(ex execer) error) (err error) 
 	}
 	done = true
 	q.commits.Add(1)
+	if !relaxed {
+		q.syncedCommits.Add(1)
+	}
 	return nil
 }
 
@@ -219,11 +255,14 @@ func (q *queue) migrate(ctx context.Context, now time.Time) error {
 }
 
 const (
-	sqlInsertIntent = `INSERT INTO idemkit_intents
+	sqlInsertIntentHead = `INSERT INTO idemkit_intents
 	(id, key, state, method, url, host, header, body, fingerprint, attempts, next_attempt_at, created_at, updated_at, instance, credential_headers)
-	VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?)
+	VALUES `
+	sqlInsertIntentRow  = `(?, ?, 'pending', ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?)`
+	sqlInsertIntentTail = `
 	ON CONFLICT (key) DO NOTHING
 	RETURNING id`
+	sqlInsertIntent = sqlInsertIntentHead + sqlInsertIntentRow + sqlInsertIntentTail
 
 	sqlSelectByKey = `SELECT ` + rowColumns + ` FROM idemkit_intents WHERE key = ?`
 	sqlSelectByID  = `SELECT ` + rowColumns + ` FROM idemkit_intents WHERE id = ?`
@@ -319,21 +358,68 @@ type submitResult struct {
 
 // insertBatch inserts every op in one transaction: one fsync for all of
 // them. An op whose context ended before the batch started is skipped.
+//
+// The rows go in with one multi-row INSERT: modernc.org/sqlite compiles a
+// statement on every execution (a *sql.Stmt saves nothing), so a statement
+// per row spent more CPU parsing SQL than inserting. A key already queued,
+// or repeated within the batch, is not in the RETURNING set; only those are
+// looked up, as insertOne does.
 func (q *queue) insertBatch(ctx context.Context, ops []*submitOp) {
 	q.batches.Add(1)
 	results := make([]submitResult, len(ops))
 	err := q.inTx(ctx, func(ex execer) error {
-		stmt, err := ex.PrepareContext(ctx, sqlInsertIntent)
-		if err != nil {
-			return err
-		}
-		defer stmt.Close()
+		live := make([]int, 0, len(ops))
 		for i, op := range ops {
 			if err := op.ctx.Err(); err != nil {
 				results[i].err = err
 				continue
 			}
-			in, err := insertOne(ctx, ex, stmt, op.p, op.id, op.now, q.self)
+			live = append(live, i)
+		}
+		if len(live) == 0 {
+			return nil
+		}
+		var sb strings.Builder
+		sb.Grow(len(sqlInsertIntentHead) + len(live)*len(sqlInsertIntentRow) + len(sqlInsertIntentTail))
+		sb.WriteString(sqlInsertIntentHead)
+		args := make([]any, 0, len(live)*insertIntentArgs)
+		stamps := make([]string, len(ops))
+		for n, i := range live {
+			if n > 0 {
+				sb.WriteByte(',')
+			}
+			sb.WriteString(sqlInsertIntentRow)
+			op := ops[i]
+			stamps[i] = formatTime(op.now)
+			args = append(args, insertArgs(op.p, op.id, stamps[i], q.self)...)
+		}
+		sb.WriteString(sqlInsertIntentTail)
+		rows, err := ex.QueryContext(ctx, sb.String(), args...)
+		if err != nil {
+			return err
+		}
+		inserted := make(map[string]bool, len(live))
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			inserted[id] = true
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, i := range live {
+			op := ops[i]
+			if inserted[op.id] {
+				results[i] = submitResult{insertedIntent(op.p, op.id, stamps[i], q.self), nil}
+				continue
+			}
+			in, err := queuedIntent(ctx, ex, op.p)
 			if err != nil && !errors.Is(err, ErrKeyReused) {
 				return err
 			}
@@ -350,27 +436,39 @@ func (q *queue) insertBatch(ctx context.Context, ops []*submitOp) {
 	}
 }
 
+// insertIntentArgs is the number of arguments of one intent's row.
+const insertIntentArgs = 13
+
+func insertArgs(p *prepared, id, ts, instance string) []any {
+	return []any{id, p.key, p.method, p.url, p.host, encodeHeader(p.header), p.body, p.fp, ts, ts, ts, instance, p.credNamesJSON()}
+}
+
 // insertOne inserts one intent, or returns the intent already queued under
 // the same key when its fingerprint matches (ErrKeyReused otherwise).
-func insertOne(ctx context.Context, ex execer, stmt *sql.Stmt, p *prepared, id string, now time.Time, instance string) (*Intent, error) {
+func insertOne(ctx context.Context, ex execer, p *prepared, id string, now time.Time, instance string) (*Intent, error) {
 	ts := formatTime(now)
 	var got string
-	var err error
-	args := []any{id, p.key, p.method, p.url, p.host, encodeHeader(p.header), p.body, p.fp, ts, ts, ts, instance, p.credNamesJSON()}
-	if stmt != nil {
-		err = stmt.QueryRowContext(ctx, args...).Scan(&got)
-	} else {
-		err = ex.QueryRowContext(ctx, sqlInsertIntent, args...).Scan(&got)
-	}
+	err := ex.QueryRowContext(ctx, sqlInsertIntent, insertArgs(p, id, ts, instance)...).Scan(&got)
 	switch {
 	case err == nil:
-		at, _ := parseTime(ts)
-		return &Intent{ID: id, Key: p.key, State: StatePending, Method: p.method, URL: p.url,
-			Header: p.header, Body: p.body, Fingerprint: p.fp, NextAttemptAt: at, CreatedAt: at, UpdatedAt: at,
-			CredentialHeaders: p.credNames(), instance: instance}, nil
+		return insertedIntent(p, id, ts, instance), nil
 	case !errors.Is(err, sql.ErrNoRows):
 		return nil, err
 	}
+	return queuedIntent(ctx, ex, p)
+}
+
+// insertedIntent is the intent just inserted from p, stamped ts.
+func insertedIntent(p *prepared, id, ts, instance string) *Intent {
+	at, _ := parseTime(ts)
+	return &Intent{ID: id, Key: p.key, State: StatePending, Method: p.method, URL: p.url,
+		Header: p.header, Body: p.body, Fingerprint: p.fp, NextAttemptAt: at, CreatedAt: at, UpdatedAt: at,
+		CredentialHeaders: p.credNames(), instance: instance}
+}
+
+// queuedIntent returns the intent already queued under p's key when its
+// fingerprint matches p's (ErrKeyReused otherwise).
+func queuedIntent(ctx context.Context, ex execer, p *prepared) (*Intent, error) {
 	r, err := scanRow(ex.QueryRowContext(ctx, sqlSelectByKey, p.key))
 	if err != nil {
 		return nil, err
@@ -413,7 +511,7 @@ func (q *queue) insertClaim(ctx context.Context, p *prepared, id string, now tim
 	var in *Intent
 	cl, err := q.claimTx(ctx, "", func(ex execer) (string, error) {
 		var err error
-		in, err = insertOne(ctx, ex, nil, p, id, now, q.self)
+		in, err = insertOne(ctx, ex, p, id, now, q.self)
 		if err != nil {
 			return "", err
 		}
@@ -611,8 +709,16 @@ func (q *queue) reschedule(ctx context.Context, id string, token int64, now, nex
 }
 
 // finish logs the attempt (if any) and moves the intent to a terminal state.
+//
+// An outcome the server answered (o not nil) is committed without an fsync
+// (synchronous=NORMAL, WAL mode only): a process crash cannot lose it (the
+// WAL pages are the operating system's once written), a power cut can, and
+// then the intent is pending again and its next attempt, same key, gets the
+// server's stored answer. The intent itself and its attempt were fsynced
+// before the first byte was sent. Every other terminal state (no answer:
+// expired, failed before sending) keeps the fsync.
 func (q *queue) finish(ctx context.Context, id string, token int64, now time.Time, state IntentState, o *Outcome, lastErr string, a *attemptResult) error {
-	return q.inTx(ctx, func(ex execer) error {
+	return q.tx(ctx, o != nil, func(ex execer) error {
 		if a != nil {
 			if err := q.logAttempt(ctx, ex, id, now, a); err != nil {
 				return err
