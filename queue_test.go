@@ -507,3 +507,28 @@ func TestSubmit_ReturnsOnlyOnceItsIntentIsDurable(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// TestList_DamagedRowDoesNotHideTheOthers: one row that cannot be decoded does not
+// hide the others; List returns them with an ErrQueueCorrupt naming it.
+func TestList_DamagedRowDoesNotHideTheOthers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	ctx := testCtx(t)
+	good1, err := b.c.Submit(ctx, &Request{URL: "http://127.0.0.1:1/a"})
+	require.NoError(t, err)
+	bad, err := b.c.Submit(ctx, &Request{URL: "http://127.0.0.1:1/bad"})
+	require.NoError(t, err)
+	good2, err := b.c.Submit(ctx, &Request{URL: "http://127.0.0.1:1/b"})
+	require.NoError(t, err)
+	_, err = rawDB(t, b.path).Exec(`UPDATE idemkit_intents SET header = X'7B7B' WHERE id = ?`, bad.ID)
+	require.NoError(t, err)
+
+	list, err := b.c.List(ctx, nil)
+	require.ErrorIs(t, err, ErrQueueCorrupt)
+	require.Contains(t, err.Error(), bad.ID)
+	var ids []string
+	for _, in := range list {
+		ids = append(ids, in.ID)
+	}
+	require.ElementsMatch(t, []string{good1.ID, good2.ID}, ids, "the good rows are still listed")
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -489,4 +490,60 @@ func mwSend(t *testing.T, ch chan<- struct{}) {
 	case <-timer.C:
 		t.Fatal("timed out sending on a channel")
 	}
+}
+
+// A handler that returns without writing anything because its client went
+// away (the usual `case <-r.Context().Done(): return`) produced no outcome.
+// Storing it as an empty 200 would replay "success" to the retry although
+// the work never happened (and, in transactional mode, commit the claim
+// without the effect). The claim must be released or rolled back instead,
+// so that the retry runs the handler.
+func TestMiddleware_EmptyAnswerToGoneClientIsNotStored(t *testing.T) {
+	t.Parallel()
+	forEachStoreAndMode(t, func(t *testing.T, kind string, mode Mode) {
+		b := mwSetup(t, kind, mode, func(c *Config) { c.LeaseDuration = 20 * time.Second })
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+
+		firstCtx, cancelFirst := context.WithCancel(ctx)
+		firstDone := make(chan error, 1)
+		go func() {
+			_, err := b.send(firstCtx, mwReq{path: "/block", principal: "alice", keys: []string{"k"}, body: mwBody})
+			firstDone <- err
+		}()
+		require.Equal(t, "alice", mwRecv(t, b.started))
+		cancelFirst()
+		require.Error(t, mwRecv(t, firstDone))
+
+		// Wait until the middleware has finished with the first request.
+		deadline := time.Now().Add(10 * time.Second)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if evs := b.eventsCopy(); len(evs) > 0 {
+				require.Len(t, evs, 1)
+				require.NotEqual(t, OutcomeExecuted, evs[0].Outcome, "an empty answer to a gone client must not be stored")
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "the first request never finished")
+			<-tick.C
+		}
+
+		close(b.release)
+		res := b.do(t, mwReq{path: "/block", principal: "alice", keys: []string{"k"}, body: mwBody})
+		require.Equal(t, http.StatusCreated, res.Status, "body %s", res.Body)
+		require.Empty(t, res.Header.Get(HeaderReplayed), "the retry must run the handler, not replay an empty 200")
+		require.Equal(t, 1, b.count(t, mwCountEffects))
+	})
+}
+
+// A limit of math.MaxInt64 ("no limit") must not overflow into a reader that
+// reads nothing: the fingerprint and the handler would both see an empty body.
+func TestReadBody_MaxInt64IsNoLimit(t *testing.T) {
+	t.Parallel()
+	r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{"amount":4000}`))
+	r.ContentLength = -1
+	body, err := readBody(r, math.MaxInt64)
+	require.NoError(t, err)
+	require.Equal(t, `{"amount":4000}`, string(body))
 }

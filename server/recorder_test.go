@@ -110,3 +110,55 @@ func TestRecorder_ResponseController(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, "body %s", body)
 	require.Equal(t, "ok", string(body))
 }
+
+// net/http does not sniff a Content-Type for a body with a Content-Encoding
+// (issue 31753), nor for a status that has no body; the recorder must not
+// add (and store) one either.
+func TestRecorder_SniffsLikeNetHTTP(t *testing.T) {
+	t.Parallel()
+	t.Run("content-encoding", func(t *testing.T) {
+		t.Parallel()
+		w := httptest.NewRecorder()
+		rec := newRecorder(w, 1<<20)
+		rec.Header().Set("Content-Encoding", "gzip")
+		_, _ = rec.Write([]byte("\x1f\x8b\x08\x00\x00\x00\x00\x00"))
+		_, h := rec.result()
+		_, ok := h["Content-Type"]
+		require.False(t, ok, "Content-Type %q sniffed for an encoded body", h.Get("Content-Type"))
+	})
+	t.Run("no-content", func(t *testing.T) {
+		t.Parallel()
+		w := httptest.NewRecorder()
+		rec := newRecorder(w, 1<<20)
+		rec.WriteHeader(http.StatusNoContent)
+		_, _ = io.WriteString(rec, "<html>")
+		_, h := rec.result()
+		_, ok := h["Content-Type"]
+		require.False(t, ok, "Content-Type %q sniffed for a 204", h.Get("Content-Type"))
+	})
+}
+
+// net/http sniffs the Content-Type from the first 512 bytes it buffered, not
+// from the first Write: a handler that writes a page in small pieces gets
+// text/html, not the type of its first fragment.
+func TestRecorder_SniffsBufferedBody(t *testing.T) {
+	t.Parallel()
+	page := []string{"\n", "<html>", "<body>hi</body></html>"}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		for _, p := range page {
+			_, _ = io.WriteString(w, p)
+		}
+	})
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+	res, err := srv.Client().Get(srv.URL)
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	want := res.Header.Get("Content-Type")
+	require.Equal(t, "text/html; charset=utf-8", want, "what net/http itself sends")
+
+	rec := newRecorder(httptest.NewRecorder(), 1<<20)
+	handler.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+	_, h := rec.result()
+	require.Equal(t, want, h.Get("Content-Type"))
+}
