@@ -1,7 +1,8 @@
-package server
+package server_test
 
 import (
 	"fmt"
+	"github.com/idemkit/idemkit/server"
 	"io"
 	"log/slog"
 	"net/http"
@@ -33,7 +34,7 @@ func BenchmarkMiddleware(b *testing.B) {
 			mux := http.NewServeMux()
 			mux.Handle("POST /raw", handler)
 			for _, mode := range mwModes {
-				m, err := New(st.store, &Config{
+				m, err := server.New(st.store, &server.Config{
 					PrincipalFunc: mwPrincipal, Mode: mode,
 					Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 				})
@@ -45,7 +46,7 @@ func BenchmarkMiddleware(b *testing.B) {
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("X-Principal", "alice")
 				if key != "" {
-					req.Header.Set(HeaderKey, key)
+					req.Header.Set(server.HeaderKey, key)
 				}
 				w := httptest.NewRecorder()
 				mux.ServeHTTP(w, req)
@@ -87,7 +88,7 @@ func BenchmarkCanonicalJSON(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(in)))
 	for b.Loop() {
-		if _, err := CanonicalJSON(in); err != nil {
+		if _, err := server.CanonicalJSON(in); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -97,7 +98,7 @@ func BenchmarkParseKey(b *testing.B) {
 	h := []string{"8e03978e-40d5-43e8-bc93-6894a57f9324"}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := ParseKey(h); err != nil {
+		if _, err := server.ParseKey(h); err != nil {
 			b.Fatal(err)
 		}
 	}

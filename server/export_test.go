@@ -1,5 +1,7 @@
 package server
 
+import "time"
+
 // WithCallerClock makes s decide leases and expiry by the times its callers
 // pass instead of the database's clock, so that tests can move time. Only
 // tests can call it: production stores always use the database's clock.
@@ -7,3 +9,21 @@ func WithCallerClock(s *PostgresStore) *PostgresStore {
 	s.clock = pgClock{callerClock: true}
 	return s
 }
+
+// ConfigOf returns the configuration m runs with, defaults filled in.
+func ConfigOf(m *Middleware) *Config { return m.cfg }
+
+// WindowOf returns the Idempotency-Window header value of m.
+func WindowOf(m *Middleware) string { return m.window }
+
+// ReplayHeadersOf returns the set of headers m stores for replay.
+func ReplayHeadersOf(m *Middleware) map[string]bool { return m.replayHeaders }
+
+// SetTimeNowFunc makes m read the time from now.
+func SetTimeNowFunc(m *Middleware, now func() time.Time) { m.timeNowFunc = now }
+
+// StartSweeperWithClock is StartSweeper with an injected clock.
+var StartSweeperWithClock = startSweeper
+
+// SweeperDone is closed once the sweeper's goroutine has exited.
+func SweeperDone(s *Sweeper) <-chan struct{} { return s.done }
