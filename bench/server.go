@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/pgstore"
 )
 
 // The server modes. baselineMode is the hand-written idempotent POST every
@@ -45,7 +46,7 @@ type serverMode struct {
 // that the server and sweeper sections share.
 type pgEnv struct {
 	pool    *pgxpool.Pool
-	store   *server.PostgresStore
+	store   *pgstore.Store
 	version string
 	schema  string
 	baseURL string
@@ -122,7 +123,7 @@ func newPgEnv(ctx context.Context, cfg config) (env *pgEnv, err error) {
 		return nil, err
 	}
 	closers = append(closers, env.pool.Close)
-	if env.store, err = server.NewPostgresStore(env.pool, nil); err != nil {
+	if env.store, err = pgstore.New(env.pool, nil); err != nil {
 		return nil, err
 	}
 	if err := env.store.Migrate(ctx); err != nil {
@@ -214,7 +215,7 @@ func defaultModes(env *pgEnv) ([]serverMode, error) {
 		return nil, err
 	}
 	onTx := func(r *http.Request) execer {
-		if tx, ok := server.PgxTx(r.Context()); ok {
+		if tx, ok := pgstore.Tx(r.Context()); ok {
 			return tx
 		}
 		return nil // not reached: the transactional middleware always opens one

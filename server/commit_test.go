@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/pgstore"
 	"io"
 	"log/slog"
 	"net/http"
@@ -40,7 +41,7 @@ func newTxProxyRig(t *testing.T, storeTimeout time.Duration, afterEffect func(*p
 	require.NoError(t, err)
 	rig.srv = httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rig.runs++
-		tx, _ := server.PgxTx(r.Context())
+		tx, _ := pgstore.Tx(r.Context())
 		sc, _ := server.ScopeFromContext(r.Context())
 		if _, err := tx.Exec(r.Context(), mwInsertEffectPostgres, sc.Principal, sc.Key, "paid"); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)

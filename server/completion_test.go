@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 	"io"
 	"log/slog"
 	"net/http"
@@ -127,13 +128,13 @@ func TestLeaseCompletion_SurvivesDatabaseCut(t *testing.T) {
 // openSmallSQLite opens an SQLite store whose file cannot grow past
 // roomPages pages beyond its migrated size: a claim row fits, a large
 // response does not (SQLITE_FULL, as on a full disk).
-func openSmallSQLite(t *testing.T, roomPages int) *server.SQLiteStore {
+func openSmallSQLite(t *testing.T, roomPages int) *sqlitestore.Store {
 	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "small.db")
-	db, err := server.OpenSQLite(ctx, path)
+	db, err := sqlitestore.Open(ctx, path)
 	require.NoError(t, err)
-	st, err := server.NewSQLiteStore(db, nil)
+	st, err := sqlitestore.New(db, nil)
 	require.NoError(t, err)
 	require.NoError(t, st.Migrate(ctx))
 	_, err = db.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)")
@@ -150,7 +151,7 @@ func openSmallSQLite(t *testing.T, roomPages int) *server.SQLiteStore {
 	small, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?"+q.Encode())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = small.Close() })
-	st, err = server.NewSQLiteStore(small, nil)
+	st, err = sqlitestore.New(small, nil)
 	require.NoError(t, err)
 	return st
 }

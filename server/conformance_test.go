@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/pgstore"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -295,7 +297,7 @@ func TestOutcome_StoreBusyIs503(t *testing.T) {
 	// transactional claim time out, which is not attributable to the key.
 	b := mwSetup(t, mwSQLite, server.ModeTransactional, func(c *server.Config) { c.LockTimeout = 100 * time.Millisecond })
 	ctx := context.Background()
-	other, err := server.OpenSQLite(ctx, b.path)
+	other, err := sqlitestore.Open(ctx, b.path)
 	require.NoError(t, err)
 	defer other.Close()
 	conn, err := other.Conn(ctx)
@@ -557,9 +559,9 @@ func TestOutcome_CommitFailureRollsBack(t *testing.T) {
 				return
 			}
 			var err error
-			if tx, ok := server.SQLTx(r.Context()); ok {
+			if tx, ok := sqlitestore.Tx(r.Context()); ok {
 				_, err = tx.ExecContext(r.Context(), insertOrphan)
-			} else if tx, ok := server.PgxTx(r.Context()); ok {
+			} else if tx, ok := pgstore.Tx(r.Context()); ok {
 				_, err = tx.Exec(r.Context(), insertOrphan)
 			}
 			if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/pgstore"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,9 +18,9 @@ func TestContext_Accessors(t *testing.T) {
 	t.Parallel()
 	_, ok := server.ScopeFromContext(context.Background())
 	require.False(t, ok)
-	_, ok = server.PgxTx(context.Background())
+	_, ok = pgstore.Tx(context.Background())
 	require.False(t, ok)
-	_, ok = server.SQLTx(context.Background())
+	_, ok = sqlitestore.Tx(context.Background())
 	require.False(t, ok)
 
 	forEachStoreAndMode(t, func(t *testing.T, kind string, mode server.Mode) {
@@ -26,8 +28,8 @@ func TestContext_Accessors(t *testing.T) {
 		mux := http.NewServeMux()
 		mux.Handle("POST /whoami", b.mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			sc, okScope := server.ScopeFromContext(r.Context())
-			_, okPgx := server.PgxTx(r.Context())
-			_, okSQL := server.SQLTx(r.Context())
+			_, okPgx := pgstore.Tx(r.Context())
+			_, okSQL := sqlitestore.Tx(r.Context())
 			fmt.Fprintf(w, "%s|%s|%s|%v|%v|%v", sc.Principal, sc.Endpoint, sc.Key, okScope, okPgx, okSQL)
 		})))
 		srv := httptest.NewServer(mux)

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/pgstore"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -23,7 +24,7 @@ func TestPostgresLease_DatabaseClockDecidesLease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testpg.Pool(t)
-	store, err := server.NewPostgresStore(pool, nil) // production clock: the database's
+	store, err := pgstore.New(pool, nil) // production clock: the database's
 	require.NoError(t, err)
 	require.NoError(t, store.Migrate(ctx))
 

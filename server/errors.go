@@ -6,8 +6,8 @@ import (
 )
 
 var (
-	// ErrNotFound is returned by Store.Get when no live record exists.
-	ErrNotFound = errors.New("idemkit/server: record not found")
+	// ErrRecordNotFound is returned by Store.Get when no live record exists.
+	ErrRecordNotFound = errors.New("idemkit/server: record not found")
 	// ErrInFlight means another attempt holds the claim (a concurrent
 	// uncommitted claim outlasted the lock timeout). HTTP: 409 + Retry-After.
 	ErrInFlight = errors.New("idemkit/server: request with this key is in flight")

@@ -14,19 +14,20 @@ import (
 	"sync/atomic"
 
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // newExampleStore opens a migrated SQLite store in a temporary directory.
-func newExampleStore(ctx context.Context) (*server.SQLiteStore, func()) {
+func newExampleStore(ctx context.Context) (*sqlitestore.Store, func()) {
 	dir, err := os.MkdirTemp("", "idemkit-example")
 	if err != nil {
 		log.Fatal(err)
 	}
-	db, err := server.OpenSQLite(ctx, filepath.Join(dir, "idem.db"))
+	db, err := sqlitestore.Open(ctx, filepath.Join(dir, "idem.db"))
 	if err != nil {
 		log.Fatal(err)
 	}
-	store, err := server.NewSQLiteStore(db, nil)
+	store, err := sqlitestore.New(db, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func ExampleModeTransactional() {
 	fail.Store(true)
 	mux := http.NewServeMux()
 	mux.Handle("POST /payments", m.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tx, _ := server.SQLTx(r.Context())
+		tx, _ := sqlitestore.Tx(r.Context())
 		res, err := tx.ExecContext(r.Context(), `INSERT INTO payments (amount) VALUES (4000)`)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)

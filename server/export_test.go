@@ -2,14 +2,6 @@ package server
 
 import "time"
 
-// WithCallerClock makes s decide leases and expiry by the times its callers
-// pass instead of the database's clock, so that tests can move time. Only
-// tests can call it: production stores always use the database's clock.
-func WithCallerClock(s *PostgresStore) *PostgresStore {
-	s.clock = pgClock{callerClock: true}
-	return s
-}
-
 // ConfigOf returns the configuration m runs with, defaults filled in.
 func ConfigOf(m *Middleware) *Config { return m.cfg }
 

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/pgstore"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 	"io"
 	"net"
 	"net/http"
@@ -72,11 +74,11 @@ func mwRunChild(spec mwChildSpec) error {
 	)
 	switch spec.Store {
 	case mwSQLite:
-		db, err := server.OpenSQLite(ctx, spec.Target)
+		db, err := sqlitestore.Open(ctx, spec.Target)
 		if err != nil {
 			return err
 		}
-		st, err := server.NewSQLiteStore(db, nil)
+		st, err := sqlitestore.New(db, nil)
 		if err != nil {
 			return err
 		}
@@ -91,7 +93,7 @@ func mwRunChild(spec mwChildSpec) error {
 		store = st
 		insert = func(r *http.Request, gen int, body string) error {
 			sc, _ := server.ScopeFromContext(r.Context())
-			if tx, ok := server.SQLTx(r.Context()); ok {
+			if tx, ok := sqlitestore.Tx(r.Context()); ok {
 				// The transaction holds SQLite's only write lock: the
 				// effect is the run.
 				_, err := tx.ExecContext(r.Context(), mwInsertEffectSQLite, sc.Principal, sc.Key, body)
@@ -108,7 +110,7 @@ func mwRunChild(spec mwChildSpec) error {
 		if err != nil {
 			return err
 		}
-		st, err := server.NewPostgresStore(pool, nil)
+		st, err := pgstore.New(pool, nil)
 		if err != nil {
 			return err
 		}
@@ -123,7 +125,7 @@ func mwRunChild(spec mwChildSpec) error {
 		store = st
 		insert = func(r *http.Request, gen int, body string) error {
 			sc, _ := server.ScopeFromContext(r.Context())
-			if tx, ok := server.PgxTx(r.Context()); ok {
+			if tx, ok := pgstore.Tx(r.Context()); ok {
 				_, err := tx.Exec(r.Context(), mwInsertEffectPostgres, sc.Principal, sc.Key, body)
 				return err
 			}

@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/internal/sqlstore"
+	"github.com/idemkit/idemkit/server/pgstore"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 	"io"
 	"log/slog"
 	"net/http"
@@ -72,10 +75,10 @@ func mwNewStore(t testing.TB, kind string) *mwStore {
 	switch kind {
 	case mwSQLite:
 		path := filepath.Join(t.TempDir(), "idem.db")
-		db, err := server.OpenSQLite(ctx, path)
+		db, err := sqlitestore.Open(ctx, path)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = db.Close() })
-		st, err := server.NewSQLiteStore(db, nil)
+		st, err := sqlitestore.New(db, nil)
 		require.NoError(t, err)
 		require.NoError(t, st.Migrate(ctx))
 		_, err = db.ExecContext(ctx, mwEffectsTableSQLite)
@@ -96,10 +99,11 @@ func mwNewStore(t testing.TB, kind string) *mwStore {
 // mwNewPostgresStore returns a migrated PostgresStore on pool.
 func mwNewPostgresStore(t testing.TB, ctx context.Context, pool *pgxpool.Pool) server.Store {
 	t.Helper()
-	st, err := server.NewPostgresStore(pool, nil)
+	st, err := pgstore.New(pool, nil)
 	require.NoError(t, err)
 	require.NoError(t, st.Migrate(ctx))
-	return server.WithCallerClock(st)
+	require.True(t, sqlstore.CallerClock(st))
+	return st
 }
 
 const (
@@ -117,11 +121,11 @@ const (
 func (s *mwStore) insertEffect(r *http.Request, body string) error {
 	ctx := r.Context()
 	sc, _ := server.ScopeFromContext(ctx)
-	if tx, ok := server.SQLTx(ctx); ok {
+	if tx, ok := sqlitestore.Tx(ctx); ok {
 		_, err := tx.ExecContext(ctx, mwInsertEffectSQLite, sc.Principal, sc.Key, body)
 		return err
 	}
-	if tx, ok := server.PgxTx(ctx); ok {
+	if tx, ok := pgstore.Tx(ctx); ok {
 		_, err := tx.Exec(ctx, mwInsertEffectPostgres, sc.Principal, sc.Key, body)
 		return err
 	}

@@ -53,7 +53,7 @@ func (m *Middleware) answeredByQuota(w http.ResponseWriter, r *http.Request, sco
 	case err == nil:
 		m.answerExisting(w, r, rec, fp, version, ev)
 		return true
-	case !errors.Is(err, ErrNotFound):
+	case !errors.Is(err, ErrRecordNotFound):
 		m.storeFailure(w, r, ev, "get", err)
 		return true
 	}

@@ -15,23 +15,24 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // routerRig is one SQLite store shared by several deployments of an API:
 // a deploy that renames route parameters or moves the middleware must keep
 // replaying keys still inside their window.
 type routerRig struct {
-	store *server.SQLiteStore
+	store *sqlitestore.Store
 	runs  atomic.Int64
 }
 
 func newRouterRig(t *testing.T) *routerRig {
 	t.Helper()
 	ctx := context.Background()
-	db, err := server.OpenSQLite(ctx, filepath.Join(t.TempDir(), "idem.db"))
+	db, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
-	st, err := server.NewSQLiteStore(db, nil)
+	st, err := sqlitestore.New(db, nil)
 	require.NoError(t, err)
 	require.NoError(t, st.Migrate(ctx))
 	return &routerRig{store: st}

@@ -143,7 +143,7 @@ type Store interface {
 	// to now plus lease (PostgresStore: the database's clock plus lease).
 	// It returns ErrLeaseLost if the token is not current.
 	ExtendLease(ctx context.Context, s Scope, token int64, now time.Time, lease time.Duration) error
-	// Get returns the live record for s, or ErrNotFound.
+	// Get returns the live record for s, or ErrRecordNotFound.
 	Get(ctx context.Context, s Scope, now time.Time) (*Record, error)
 	// BeginTx starts a transaction for transactional mode. A wait longer than
 	// lockTimeout on a concurrent, uncommitted claim of the same scope makes

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 	"log/slog"
 	"path/filepath"
 	"runtime"
@@ -17,13 +18,13 @@ import (
 )
 
 // swSQLiteStore returns a migrated SQLite store on a fresh file.
-func swSQLiteStore(t *testing.T) *server.SQLiteStore {
+func swSQLiteStore(t *testing.T) *sqlitestore.Store {
 	t.Helper()
 	ctx := context.Background()
-	db, err := server.OpenSQLite(ctx, filepath.Join(t.TempDir(), "sweep.db"))
+	db, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "sweep.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
-	store, err := server.NewSQLiteStore(db, &server.SQLiteConfig{SweepChunkSize: 2})
+	store, err := sqlitestore.New(db, &sqlitestore.Config{SweepChunkSize: 2})
 	require.NoError(t, err)
 	require.NoError(t, store.Migrate(ctx))
 	return store

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // TestHostile_ClientGoneIsNotAStoreError: a client that disconnects while
@@ -31,10 +32,10 @@ func TestHostile_ClientGoneIsNotAStoreError(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
 			ctx := deadline(t, 30*time.Second)
-			db, err := server.OpenSQLite(ctx, filepath.Join(t.TempDir(), "idem.db"))
+			db, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = db.Close() })
-			st, err := server.NewSQLiteStore(db, nil)
+			st, err := sqlitestore.New(db, nil)
 			require.NoError(t, err)
 			require.NoError(t, st.Migrate(ctx))
 			reg := prometheus.NewRegistry()

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/pgstore"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // App is a wired payments API: idempotency store, ledger, middleware and
@@ -70,7 +72,7 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 		if err := pool.Ping(ctx); err != nil {
 			return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
 		}
-		st, err := server.NewPostgresStore(pool, nil)
+		st, err := pgstore.New(pool, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -80,12 +82,12 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 		store, l = st, &pgLedger{pool: pool}
 	} else {
 		a.backend = "sqlite"
-		db, err := server.OpenSQLite(ctx, cfg.DB)
+		db, err := sqlitestore.Open(ctx, cfg.DB)
 		if err != nil {
 			return nil, err
 		}
 		a.closers = append(a.closers, func() { _ = db.Close() })
-		st, err := server.NewSQLiteStore(db, nil)
+		st, err := sqlitestore.New(db, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -23,7 +23,7 @@ var errKeyReused = errors.New("payments: idempotency key already used for a diff
 
 // ledger is where payments live: the same database as the idempotency
 // records. Both methods write on the request's transaction when the context
-// carries one (transactional mode, see server.PgxTx and server.SQLTx), and on
+// carries one (transactional mode, see pgstore.Tx and sqlitestore.Tx), and on
 // the database directly otherwise (lease mode).
 type ledger interface {
 	// migrate creates the payments table if it does not exist.

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/pgstore"
 )
 
 const (
@@ -29,7 +29,7 @@ FROM payments WHERE account = $1 ORDER BY created_at, id`
 )
 
 // pgLedger is the ledger on the PostgreSQL database of a
-// server.PostgresStore.
+// pgstore.Store.
 type pgLedger struct {
 	pool *pgxpool.Pool
 }
@@ -39,7 +39,7 @@ type pgQuerier interface {
 }
 
 func (l *pgLedger) querier(ctx context.Context) pgQuerier {
-	if tx, ok := server.PgxTx(ctx); ok {
+	if tx, ok := pgstore.Tx(ctx); ok {
 		return tx
 	}
 	return l.pool

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // sqliteTimeFormat is the fixed-width text form of created_at.
@@ -26,7 +26,7 @@ FROM payments WHERE account = ? AND idempotency_key = ?`
 FROM payments WHERE account = ? ORDER BY created_at, id`
 )
 
-// sqliteLedger is the ledger on the SQLite database of a server.SQLiteStore.
+// sqliteLedger is the ledger on the SQLite database of a sqlitestore.Store.
 type sqliteLedger struct {
 	db *sql.DB
 }
@@ -37,7 +37,7 @@ type sqliteQuerier interface {
 }
 
 func (l *sqliteLedger) querier(ctx context.Context) sqliteQuerier {
-	if tx, ok := server.SQLTx(ctx); ok {
+	if tx, ok := sqlitestore.Tx(ctx); ok {
 		return tx
 	}
 	return l.db

@@ -1,4 +1,4 @@
-package server_test
+package sqlitestore_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // Replacing (or restoring) the SQLite file under a running store: the old
@@ -28,9 +29,9 @@ func TestSQLiteStore_ReplacedFileFailsClosed(t *testing.T) {
 
 	// A restored backup: another, empty database renamed over the file.
 	restored := filepath.Join(t.TempDir(), "restored.db")
-	db2, err := server.OpenSQLite(b.ctx, restored)
+	db2, err := sqlitestore.Open(b.ctx, restored)
 	require.NoError(t, err)
-	st2, err := server.NewSQLiteStore(db2, nil)
+	st2, err := sqlitestore.New(db2, nil)
 	require.NoError(t, err)
 	require.NoError(t, st2.Migrate(b.ctx))
 	require.NoError(t, db2.Close())

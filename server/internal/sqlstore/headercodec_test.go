@@ -1,4 +1,4 @@
-package server
+package sqlstore
 
 import (
 	"net/http"
@@ -25,7 +25,7 @@ func TestEncodeHeader(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := encodeHeader(tt.h)
+			got, err := EncodeHeader(tt.h)
 			require.NoError(t, err)
 			require.Equal(t, tt.want, string(got))
 		})
@@ -35,7 +35,7 @@ func TestEncodeHeader(t *testing.T) {
 func TestEncodeHeader_BadName(t *testing.T) {
 	t.Parallel()
 	for _, name := range []string{"X-\xff", "X-\x00"} {
-		_, err := encodeHeader(http.Header{name: {"v"}})
+		_, err := EncodeHeader(http.Header{name: {"v"}})
 		require.ErrorIs(t, err, errHeaderName, "name %q", name)
 	}
 }
@@ -59,7 +59,7 @@ func TestDecodeHeader(t *testing.T) {
 		{`{"A":[{"b64":1}]}`, nil, true},
 		{`{`, nil, true},
 	} {
-		got, err := decodeHeader([]byte(tt.in))
+		got, err := DecodeHeader([]byte(tt.in))
 		if tt.wantErr {
 			require.Error(t, err, "decode %q", tt.in)
 			continue
@@ -81,28 +81,28 @@ func FuzzResponseEncoding(f *testing.F) {
 	f.Add("", "", "", []byte(`null`))
 	f.Fuzz(func(t *testing.T, name, v1, v2 string, stored []byte) {
 		h := http.Header{name: {v1, v2}, "Content-Type": {v2}}
-		enc, err := encodeHeader(h)
+		enc, err := EncodeHeader(h)
 		if err != nil {
 			require.ErrorIs(t, err, errHeaderName)
 			require.False(t, textSafe(name))
 		} else {
-			got, err := decodeHeader(enc)
+			got, err := DecodeHeader(enc)
 			require.NoError(t, err, "decode %q", enc)
 			require.Equal(t, h, got)
 		}
 
 		// Arbitrary stored bytes: an error or a header that encodes again
 		// to a fixed point.
-		dec, err := decodeHeader(stored)
+		dec, err := DecodeHeader(stored)
 		if err != nil {
 			return
 		}
-		enc, err = encodeHeader(dec)
+		enc, err = EncodeHeader(dec)
 		if err != nil {
 			require.ErrorIs(t, err, errHeaderName)
 			return
 		}
-		again, err := decodeHeader(enc)
+		again, err := DecodeHeader(enc)
 		require.NoError(t, err)
 		require.Equal(t, dec, again)
 	})
