@@ -16,12 +16,20 @@ func FormatTime(t time.Time) string {
 	return t.UTC().Truncate(time.Millisecond).Format(TimeLayout)
 }
 
-// ParseTime parses a timestamp FormatTime wrote. It refuses any other width,
-// so a value of another layout is an error rather than a wrong time. The
-// result is in UTC.
+// ParseTime parses a timestamp FormatTime wrote. It refuses any other text
+// (another width, or what time.Parse would also take, such as a comma before
+// the milliseconds), so that a value of another layout is an error rather
+// than a time that sorts out of order. The result is in UTC.
 func ParseTime(s string) (time.Time, error) {
 	if len(s) != len(TimeLayout) {
 		return time.Time{}, fmt.Errorf("timestamp %q: want %s", s, TimeLayout)
 	}
-	return time.Parse(TimeLayout, s)
+	t, err := time.Parse(TimeLayout, s)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if FormatTime(t) != s {
+		return time.Time{}, fmt.Errorf("timestamp %q: want %s", s, TimeLayout)
+	}
+	return t, nil
 }

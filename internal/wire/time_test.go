@@ -37,6 +37,7 @@ func TestParseTime(t *testing.T) {
 		{in: "2026-12-01T09:05:07.123+01:00", wantErr: true},
 		{in: "2026-13-01T09:05:07.123Z", wantErr: true},
 		{in: "2026-12-01 09:05:07.123Z", wantErr: true},
+		{in: "2026-12-01T09:05:07,123Z", wantErr: true}, // time.Parse takes the comma; FormatTime never writes it
 		{in: "", wantErr: true},
 	}
 	for _, tt := range tests {
