@@ -79,7 +79,7 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 		if err := st.Migrate(ctx); err != nil {
 			return nil, fmt.Errorf("migrate idempotency store: %w", err)
 		}
-		store, l = st, &pgLedger{pool: pool}
+		store, l = st, ledger{d: pgDialect{pool: pool}}
 	} else {
 		a.backend = "sqlite"
 		db, err := sqlitestore.Open(ctx, cfg.DB)
@@ -94,7 +94,7 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 		if err := st.Migrate(ctx); err != nil {
 			return nil, fmt.Errorf("migrate idempotency store: %w", err)
 		}
-		store, l = st, &sqliteLedger{db: db}
+		store, l = st, ledger{d: sqliteDialect{db: db}}
 	}
 	if err := l.migrate(ctx); err != nil {
 		return nil, err
