@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/prommetrics"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -217,7 +218,15 @@ func TestMiddleware_HeartbeatKeepsLease(t *testing.T) {
 func TestMiddleware_Metrics(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	b := mwSetup(t, mwSQLite, server.ModeLease, func(c *server.Config) { c.Registerer = reg })
+	met, err := prommetrics.New(reg)
+	require.NoError(t, err)
+	b := mwSetup(t, mwSQLite, server.ModeLease, func(c *server.Config) {
+		record := c.OnEventFunc
+		c.OnEventFunc = func(r *http.Request, e server.Event) {
+			record(r, e)
+			met.Observe(r, e)
+		}
+	})
 
 	b.do(t, mwReq{principal: "alice", keys: []string{"k"}, body: mwBody})                  // claim
 	b.do(t, mwReq{principal: "alice", keys: []string{"k"}, body: mwBody})                  // replay
@@ -245,8 +254,8 @@ func TestMiddleware_Metrics(t *testing.T) {
 	require.InDelta(t, 1, val("idemkit_server_store_errors_total", "op", "claim"), 0)
 
 	// One Middleware per Registerer.
-	_, err := server.New(b.store, &server.Config{PrincipalFunc: mwPrincipal, Registerer: reg})
-	require.ErrorContains(t, err, "Registerer")
+	_, err = prommetrics.New(reg)
+	require.ErrorContains(t, err, "already registered")
 }
 
 // mwMetricValue returns the value of a counter (or the sample count of a

@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Mode selects how the middleware holds a claim while the handler runs.
@@ -191,16 +189,13 @@ type Config struct {
 	ReplayHeaders []string
 
 	// OnEventFunc, if set, is called once for every keyed request, after
-	// its response was written. It must not retain r. Defaults to nil.
+	// its response was written. It must not retain r. Package
+	// server/prommetrics builds Prometheus metrics on it. Defaults to nil.
 	OnEventFunc func(r *http.Request, e Event)
 
 	// Logger receives warnings (lost leases, store errors after the
 	// handler ran, panics). Defaults to slog.Default().
 	Logger *slog.Logger
-
-	// Registerer, if set, receives the middleware's Prometheus collectors
-	// (see metrics.go). Defaults to nil: no metrics.
-	Registerer prometheus.Registerer
 }
 
 // WithDefaults returns a copy of c with every unset (zero) field set to its

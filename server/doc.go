@@ -90,9 +90,10 @@
 // # Observability
 //
 // [Config.OnEventFunc] receives one [Event] per keyed request (outcome,
-// status, token, takeover, error, duration); [Config.Registerer] exports
-// Prometheus counters of claims, replays, conflicts, mismatches, releases,
-// takeovers, lost leases and store errors, and a claim latency histogram.
+// status, token, takeover, error, durations, release, lost leases, store
+// errors). Package server/prommetrics builds Prometheus counters of claims,
+// replays, conflicts, mismatches, releases, takeovers, lost leases and
+// store errors, and a claim latency histogram, on it.
 //
 // # Stability
 //

@@ -82,6 +82,22 @@ type Event struct {
 	Err error
 	// Duration is the time the middleware spent on the request.
 	Duration time.Duration
+	// ClaimDuration is how long the claim call took; 0 when the request
+	// made none (rejected before, or answered by a read).
+	ClaimDuration time.Duration
+	// Released is true when a claim the request made was released, or its
+	// transaction rolled back, so that a retry runs the handler again: after
+	// a 5xx, a panic, a response that is not stored, or a gone client.
+	Released bool
+	// LeaseLost counts the store's refusals of this request's completion,
+	// release or lease extension because its fencing token was no longer
+	// current, and the leases that ran out while the handler ran.
+	LeaseLost int
+	// StoreErrors lists, in order, the operation of every store call of
+	// the request that failed other than by a lost lease: "claim", "begin",
+	// "get", "get_legacy", "usage", "quota" (a refusal by quota),
+	// "complete", "commit", "release", "extend_lease".
+	StoreErrors []string
 }
 
 // Middleware makes unsafe requests idempotent: it claims each request's
@@ -90,7 +106,6 @@ type Event struct {
 type Middleware struct {
 	store         Store
 	cfg           *Config
-	metrics       *metrics
 	window        string
 	replayHeaders map[string]bool
 	timeNowFunc   func() time.Time
@@ -100,8 +115,7 @@ type Middleware struct {
 
 // New returns a Middleware over store, configured by cfg with defaults
 // filled in (see Config.WithDefaults). Config.PrincipalFunc is required, so a
-// nil cfg is an error naming it. New also fails if the collectors cannot be
-// registered on Config.Registerer.
+// nil cfg is an error naming it.
 func New(store Store, cfg *Config) (*Middleware, error) {
 	if store == nil {
 		return nil, errors.New("idemkit/server: New: store is nil")
@@ -118,10 +132,6 @@ func New(store Store, cfg *Config) (*Middleware, error) {
 		}
 		usage = u
 	}
-	met, err := newMetrics(c.Registerer)
-	if err != nil {
-		return nil, err
-	}
 	allowed := make(map[string]bool, len(c.ReplayHeaders))
 	for _, h := range c.ReplayHeaders {
 		h = http.CanonicalHeaderKey(h)
@@ -132,7 +142,6 @@ func New(store Store, cfg *Config) (*Middleware, error) {
 	return &Middleware{
 		store:         store,
 		cfg:           c,
-		metrics:       met,
 		window:        strconv.FormatInt(int64(c.Window/time.Second), 10),
 		replayHeaders: allowed,
 		timeNowFunc:   time.Now,
@@ -210,7 +219,6 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	defer func() {
 		// Runs on every return, and on the re-panic of http.ErrAbortHandler.
 		ev.Duration = time.Since(start)
-		m.metrics.outcome(ev.Outcome)
 		if m.cfg.OnEventFunc != nil {
 			m.cfg.OnEventFunc(r, ev)
 		}
@@ -358,7 +366,7 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 	t0 := time.Now()
 	res, err := m.store.Claim(claimCtx, req)
 	cancelClaim()
-	m.metrics.claimTime.Observe(time.Since(t0).Seconds())
+	ev.ClaimDuration = time.Since(t0)
 	if err != nil {
 		m.storeFailure(w, r, ev, "claim", err)
 		return
@@ -370,7 +378,7 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 	if err := ctx.Err(); err != nil {
 		// Claimed for a client that is gone: free the key at once rather
 		// than holding it for a whole lease.
-		m.release(cleanup, r, scope, res.Token)
+		m.release(cleanup, r, ev, res.Token)
 		m.storeFailure(w, r, ev, "claim", err)
 		return
 	}
@@ -378,7 +386,7 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 	hctx, cancelHandler := context.WithCancelCause(ctx)
 	defer cancelHandler(nil)
 	r = r.WithContext(context.WithValue(hctx, ctxKeyAttempt, attemptOf(res)))
-	l := m.startLease(cleanup, scope, res.Token, t0, cancelHandler)
+	l := m.startLease(cleanup, ev, res.Token, t0, cancelHandler)
 	defer l.stop()
 
 	rec := newRecorder(w, m.cfg.MaxResponseBytes)
@@ -403,7 +411,7 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 			panic(http.ErrAbortHandler)
 		}
 		l.stop()
-		m.release(cleanup, r, scope, res.Token)
+		m.release(cleanup, r, ev, res.Token)
 		m.panicked(w, r, ev, pv)
 		return
 	}
@@ -412,7 +420,7 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 		// no outcome to store. Storing an empty 200 would replay success to
 		// the retry; free the key so that the retry runs the handler.
 		l.stop()
-		m.release(cleanup, r, scope, res.Token)
+		m.release(cleanup, r, ev, res.Token)
 		m.canceledInHandler(w, r, ev, ctx.Err())
 		return
 	}
@@ -432,7 +440,7 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 	}
 	if !m.stores(r, status) {
 		l.stop()
-		m.release(cleanup, r, scope, res.Token)
+		m.release(cleanup, r, ev, res.Token)
 		ev.Outcome = OutcomeReleased
 		if status < 500 {
 			ev.Outcome = OutcomeNotStored
@@ -446,8 +454,9 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 }
 
 // release frees a lease-mode claim after a 5xx or a panic.
-func (m *Middleware) release(ctx context.Context, r *http.Request, scope Scope, token int64) {
-	m.metrics.releases.Inc()
+func (m *Middleware) release(ctx context.Context, r *http.Request, ev *Event, token int64) {
+	scope := ev.Scope
+	ev.Released = true
 	callCtx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
 	defer cancel()
 	err := m.store.Release(callCtx, scope, token)
@@ -455,9 +464,9 @@ func (m *Middleware) release(ctx context.Context, r *http.Request, scope Scope, 
 		return
 	}
 	if errors.Is(err, ErrLeaseLost) {
-		m.metrics.leaseLost.Inc()
+		ev.LeaseLost++
 	} else {
-		m.metrics.storeError("release")
+		ev.StoreErrors = append(ev.StoreErrors, "release")
 	}
 	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "idemkit: could not release the claim; a retry waits for the lease to end",
 		scopeAttrs(scope, slog.Int64("token", token), slog.Any("error", err))...)
@@ -507,7 +516,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 	claimCtx, cancelClaim := context.WithTimeout(ctx, m.cfg.StoreTimeout)
 	res, err := tx.Claim(claimCtx, req)
 	cancelClaim()
-	m.metrics.claimTime.Observe(time.Since(t0).Seconds())
+	ev.ClaimDuration = time.Since(t0)
 	if err != nil {
 		rollback()
 		m.storeFailure(w, r, ev, "claim", err)
@@ -544,7 +553,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 	pv, panicked := runHandler(next, rec, r)
 	if panicked {
 		rollback()
-		m.metrics.releases.Inc()
+		ev.Released = true
 		m.panicked(w, r, ev, pv)
 		return
 	}
@@ -552,7 +561,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 		// As in lease mode: nothing answered to a gone client is no outcome;
 		// roll back so that the retry runs the handler.
 		rollback()
-		m.metrics.releases.Inc()
+		ev.Released = true
 		m.canceledInHandler(w, r, ev, ctx.Err())
 		return
 	}
@@ -563,7 +572,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 	}
 	if !m.stores(r, status) {
 		rollback()
-		m.metrics.releases.Inc()
+		ev.Released = true
 		ev.Outcome, ev.Status = OutcomeReleased, status
 		if status < 500 {
 			ev.Outcome = OutcomeNotStored
@@ -584,7 +593,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 	}
 	if err != nil {
 		rollback()
-		m.metrics.storeError(op)
+		ev.StoreErrors = append(ev.StoreErrors, op)
 		if errors.Is(err, ErrOutcomeUnknown) {
 			m.commitUnknown(w, r, rec, scope, res.Token, ev, err)
 			return
@@ -628,10 +637,6 @@ func (m *Middleware) commitUnknown(w http.ResponseWriter, r *http.Request, rec *
 
 func (m *Middleware) acquired(ev *Event, res ClaimResult) {
 	ev.Token, ev.TakenOver = res.Token, res.TakenOver
-	m.metrics.claims.Inc()
-	if res.TakenOver {
-		m.metrics.takeovers.Inc()
-	}
 }
 
 // runHandler runs next and recovers a panic.
@@ -678,7 +683,6 @@ func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, ex *
 		return
 	}
 	if ex.FingerprintVersion != version || !bytes.Equal(ex.Fingerprint, fp) {
-		m.metrics.mismatches.Inc()
 		ev.Outcome, ev.Status, ev.Err = OutcomeMismatch, http.StatusUnprocessableEntity, ErrFingerprintMismatch
 		writeProblem(w, http.StatusUnprocessableEntity, ProblemKeyReused,
 			"This Idempotency-Key was already used for a different request (method, path or body). Use a new key for a new request.", 0)
@@ -692,14 +696,12 @@ func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, ex *
 		m.replay(w, ex.Response, ev)
 		return
 	}
-	m.metrics.conflicts.Inc()
 	ev.Outcome, ev.Status, ev.Err = OutcomeInFlight, http.StatusConflict, ErrInFlight
 	writeProblem(w, http.StatusConflict, ProblemInFlight,
 		"A request with this Idempotency-Key is still being processed. Retry after the delay in Retry-After.", m.inFlightRetryAfter(r, ev.Scope, ex))
 }
 
 func (m *Middleware) replay(w http.ResponseWriter, resp *StoredResponse, ev *Event) {
-	m.metrics.replays.Inc()
 	h := w.Header()
 	for k, v := range resp.Header {
 		h[k] = v
@@ -753,18 +755,17 @@ func (m *Middleware) storeFailure(w http.ResponseWriter, r *http.Request, ev *Ev
 	}
 	switch {
 	case errors.Is(err, ErrInFlight):
-		m.metrics.conflicts.Inc()
 		ev.Outcome, ev.Status = OutcomeInFlight, http.StatusConflict
 		writeProblem(w, http.StatusConflict, ProblemInFlight,
 			"A request with this Idempotency-Key is still being processed. Retry after the delay in Retry-After.", 1)
 		return
 	case errors.Is(err, ErrStoreBusy):
-		m.metrics.storeError(op)
+		ev.StoreErrors = append(ev.StoreErrors, op)
 		ev.Outcome, ev.Status = OutcomeStoreError, http.StatusServiceUnavailable
 		writeProblem(w, http.StatusServiceUnavailable, ProblemStoreBusy,
 			"The idempotency store is busy; the request was not processed. Retry with the same Idempotency-Key.", 1)
 	default:
-		m.metrics.storeError(op)
+		ev.StoreErrors = append(ev.StoreErrors, op)
 		ev.Outcome, ev.Status = OutcomeStoreError, http.StatusServiceUnavailable
 		writeProblem(w, http.StatusServiceUnavailable, ProblemStoreUnavailable,
 			"The idempotency store is unavailable; the request was not processed. Retry with the same Idempotency-Key.", 1)

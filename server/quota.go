@@ -71,7 +71,7 @@ func (m *Middleware) answeredByQuota(w http.ResponseWriter, r *http.Request, sco
 	if !usage.OldestExpiresAt.IsZero() {
 		retry = max(int(math.Ceil(min(usage.OldestExpiresAt.Sub(now), m.cfg.Window).Seconds())), 1)
 	}
-	m.metrics.storeError("quota")
+	ev.StoreErrors = append(ev.StoreErrors, "quota")
 	ev.Outcome, ev.Status = OutcomeRejected, http.StatusTooManyRequests
 	ev.Err = fmt.Errorf("%w: %d live keys, %d stored bytes", ErrQuotaExceeded, usage.Keys, usage.StoredBytes)
 	writeProblem(w, http.StatusTooManyRequests, ProblemQuotaExceeded,

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/prommetrics"
 	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
@@ -39,6 +40,8 @@ func TestHostile_ClientGoneIsNotAStoreError(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, st.Migrate(ctx))
 			reg := prometheus.NewRegistry()
+			met, err := prommetrics.New(reg)
+			require.NoError(t, err)
 			var (
 				mu     sync.Mutex
 				events []server.Event
@@ -46,8 +49,8 @@ func TestHostile_ClientGoneIsNotAStoreError(t *testing.T) {
 			mw, err := server.New(st, &server.Config{
 				PrincipalFunc: bearerPrincipal,
 				Mode:          mode,
-				Registerer:    reg,
-				OnEventFunc: func(_ *http.Request, e server.Event) {
+				OnEventFunc: func(r *http.Request, e server.Event) {
+					met.Observe(r, e)
 					mu.Lock()
 					events = append(events, e)
 					mu.Unlock()
