@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idemkit/internal/wire"
 	"io"
 	"log/slog"
 	"net"
@@ -278,7 +279,7 @@ VALUES ($1, $2, $3, now() + interval '24 hours') ON CONFLICT DO NOTHING RETURNIN
 			http.Error(w, "in flight", http.StatusConflict) // not reached: the claim commits completed
 		default:
 			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set(server.HeaderReplayed, "true")
+			w.Header().Set(wire.HeaderReplayed, "true")
 			w.WriteHeader(int(*status))
 			_, _ = w.Write(stored)
 		}
@@ -370,10 +371,10 @@ func serverCell(ctx context.Context, cfg config, env *pgEnv, m serverMode, scena
 		if resp.StatusCode != http.StatusCreated {
 			return fmt.Errorf("%s %s: status %d, want 201: %.200s", m.name, scenario, resp.StatusCode, body)
 		}
-		replayed := resp.Header.Get(server.HeaderReplayed) == "true"
+		replayed := resp.Header.Get(wire.HeaderReplayed) == "true"
 		if scenario == scenarioReplay {
 			if !replayed {
-				return fmt.Errorf("%s replay of key %s: no %s: true header: the handler ran again", m.name, k.key, server.HeaderReplayed)
+				return fmt.Errorf("%s replay of key %s: no %s: true header: the handler ran again", m.name, k.key, wire.HeaderReplayed)
 			}
 			if !bytes.Equal(body, k.body) {
 				return fmt.Errorf("%s replay of key %s: body %q differs from the first response %q", m.name, k.key, body, k.body)

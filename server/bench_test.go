@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"fmt"
+	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
 	"io"
 	"log/slog"
@@ -98,7 +99,7 @@ func BenchmarkParseKey(b *testing.B) {
 	h := []string{"8e03978e-40d5-43e8-bc93-6894a57f9324"}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := server.ParseKey(h); err != nil {
+		if _, err := wire.ParseKey(h); err != nil {
 			b.Fatal(err)
 		}
 	}

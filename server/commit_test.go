@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/pgstore"
 	"io"
@@ -94,7 +95,7 @@ func TestTransactionalCommit_LostAnswerIsNotReportedAsRollback(t *testing.T) {
 	require.NoError(t, rig.pg.direct.QueryRow(context.Background(), mwCountEffects).Scan(&effects))
 	require.Equal(t, 1, effects, "the transaction committed")
 	if first.Status == http.StatusServiceUnavailable {
-		first.requireProblem(t, http.StatusServiceUnavailable, server.ProblemOutcomeUnknown)
+		first.requireProblem(t, http.StatusServiceUnavailable, wire.ProblemOutcomeUnknown)
 	} else {
 		require.Equal(t, http.StatusCreated, first.Status, "body %s", first.Body)
 		require.Equal(t, `{"paid":true}`, string(first.Body))
@@ -102,7 +103,7 @@ func TestTransactionalCommit_LostAnswerIsNotReportedAsRollback(t *testing.T) {
 
 	again := rig.post(t, "commit-1")
 	require.Equal(t, http.StatusCreated, again.Status, "body %s", again.Body)
-	require.Equal(t, "true", again.Header.Get(server.HeaderReplayed))
+	require.Equal(t, "true", again.Header.Get(wire.HeaderReplayed))
 	require.Equal(t, 1, rig.runs)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/sqlitestore"
 	"io"
@@ -120,7 +121,7 @@ func TestLeaseCompletion_SurvivesDatabaseCut(t *testing.T) {
 	require.Equal(t, http.StatusCreated, first.Status, "body %s", first.Body)
 	again := rig.retryUntilSettled(t, "cut-1")
 	require.Equal(t, http.StatusCreated, again.Status, "body %s", again.Body)
-	require.Equal(t, "true", again.Header.Get(server.HeaderReplayed))
+	require.Equal(t, "true", again.Header.Get(wire.HeaderReplayed))
 	require.Equal(t, first.Body, again.Body)
 	require.EqualValues(t, 1, rig.runs.Load(), "the handler (the charge) ran once")
 }
@@ -174,8 +175,8 @@ func TestLeaseCompletion_FullDiskStoresOutcomeWithoutBody(t *testing.T) {
 	require.Len(t, first.Body, len(big), "the first caller gets the whole body")
 	again := rig.retryUntilSettled(t, "full-1")
 	require.Equal(t, http.StatusCreated, again.Status, "body %s", again.Body)
-	require.Equal(t, "true", again.Header.Get(server.HeaderReplayed))
-	require.Equal(t, "true", again.Header.Get(server.HeaderOmitted))
+	require.Equal(t, "true", again.Header.Get(wire.HeaderReplayed))
+	require.Equal(t, "true", again.Header.Get(wire.HeaderOmitted))
 	require.Empty(t, again.Body)
 	require.EqualValues(t, 1, rig.runs.Load(), "the handler ran once")
 }
@@ -233,7 +234,7 @@ func TestLeaseHandler_ContextCanceledWhenLeaseLost(t *testing.T) {
 			})
 			res := rig.post(t, "lost-1")
 			require.ErrorIs(t, <-causes, server.ErrLeaseLost)
-			res.requireProblem(t, http.StatusServiceUnavailable, server.ProblemOutcomeUnknown)
+			res.requireProblem(t, http.StatusServiceUnavailable, wire.ProblemOutcomeUnknown)
 			require.Equal(t, 1, s.count(t, mwCountInProgress), "the new holder's claim is untouched")
 		})
 	}
@@ -286,7 +287,7 @@ func TestRetryAfter_EstimatesFromRecentDurations(t *testing.T) {
 			go func() { done <- rig.post(t, "slow-1") }()
 			<-entered
 			dup := rig.post(t, "slow-1")
-			dup.requireProblem(t, http.StatusConflict, server.ProblemInFlight)
+			dup.requireProblem(t, http.StatusConflict, wire.ProblemInFlight)
 			require.Equal(t, "1", dup.Header.Get("Retry-After"), "the route takes milliseconds; the lease has 30 s left")
 			close(release)
 			require.Equal(t, http.StatusCreated, (<-done).Status)

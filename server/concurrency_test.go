@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/prommetrics"
 	"io"
@@ -51,13 +52,13 @@ func TestMiddleware_SameKeyConcurrently(t *testing.T) {
 		for i, res := range results {
 			require.NoError(t, errs[i])
 			switch {
-			case res.Status == http.StatusCreated && res.Header.Get(server.HeaderReplayed) == "":
+			case res.Status == http.StatusCreated && res.Header.Get(wire.HeaderReplayed) == "":
 				fresh++
 				freshBody = string(res.Body)
 			case res.Status == http.StatusCreated:
 				replays++
 			case res.Status == http.StatusConflict:
-				res.requireProblem(t, http.StatusConflict, server.ProblemInFlight)
+				res.requireProblem(t, http.StatusConflict, wire.ProblemInFlight)
 				require.NotEmpty(t, res.Header.Get("Retry-After"))
 				conflicts++
 			default:
@@ -140,7 +141,7 @@ func TestMiddleware_TenantsAreIsolated(t *testing.T) {
 			res := mwRecv(t, others)
 			require.NotNil(t, res)
 			require.Equal(t, http.StatusCreated, res.Status, "each tenant gets its own execution, never a 409/422 from alice's key: %s", res.Body)
-			require.Empty(t, res.Header.Get(server.HeaderReplayed))
+			require.Empty(t, res.Header.Get(wire.HeaderReplayed))
 			require.NotContains(t, string(res.Body), "alice")
 		}
 		require.EqualValues(t, 3, b.runs.Load())
@@ -148,22 +149,22 @@ func TestMiddleware_TenantsAreIsolated(t *testing.T) {
 
 		// Replays stay within each tenant.
 		res := b.do(t, mwReq{path: "/block", principal: "alice", keys: []string{"retry-1"}, body: aBody})
-		require.Equal(t, "true", res.Header.Get(server.HeaderReplayed))
+		require.Equal(t, "true", res.Header.Get(wire.HeaderReplayed))
 		require.Equal(t, string(a.Body), string(res.Body))
 		res = b.do(t, mwReq{path: "/block", principal: "bob", keys: []string{"retry-1"}, body: bBody})
-		require.Equal(t, "true", res.Header.Get(server.HeaderReplayed))
+		require.Equal(t, "true", res.Header.Get(wire.HeaderReplayed))
 		var got map[string]any
 		require.NoError(t, json.Unmarshal(res.Body, &got))
 		require.Equal(t, "bob", got["principal"])
 		require.Equal(t, bBody, got["request"])
 		res = b.do(t, mwReq{path: "/block", principal: "carol", keys: []string{"retry-1"}, body: aBody})
-		require.Equal(t, "true", res.Header.Get(server.HeaderReplayed))
+		require.Equal(t, "true", res.Header.Get(wire.HeaderReplayed))
 		require.Contains(t, string(res.Body), "carol")
 		require.NotContains(t, string(res.Body), "alice")
 		// A fourth tenant learns nothing either.
 		res = b.do(t, mwReq{path: "/teapot", principal: "dave", keys: []string{"retry-1"}, body: aBody})
 		require.Equal(t, http.StatusTeapot, res.Status)
-		require.Empty(t, res.Header.Get(server.HeaderReplayed))
+		require.Empty(t, res.Header.Get(wire.HeaderReplayed))
 	})
 }
 
@@ -203,7 +204,7 @@ func TestMiddleware_HeartbeatKeepsLease(t *testing.T) {
 		// The original lease is over, but the heartbeat kept the claim: a
 		// retry is a 409, not a takeover.
 		res := b.do(t, mwReq{path: "/block", principal: "alice", keys: []string{"k"}, body: mwBody})
-		res.requireProblem(t, http.StatusConflict, server.ProblemInFlight)
+		res.requireProblem(t, http.StatusConflict, wire.ProblemInFlight)
 
 		close(b.release)
 		require.Equal(t, http.StatusCreated, mwRecv(t, done).Status)

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/pgstore"
 	"github.com/idemkit/idemkit/server/sqlitestore"
@@ -27,8 +28,8 @@ func TestOutcome_FirstRequestRunsHandler(t *testing.T) {
 		b := mwSetup(t, kind, mode, nil)
 		res := b.do(t, mwReq{principal: "alice", keys: []string{"k1"}, body: mwBody})
 		require.Equal(t, http.StatusCreated, res.Status, "body %s", res.Body)
-		require.Equal(t, "86400", res.Header.Get(server.HeaderWindow))
-		require.Empty(t, res.Header.Get(server.HeaderReplayed))
+		require.Equal(t, "86400", res.Header.Get(wire.HeaderWindow))
+		require.Empty(t, res.Header.Get(wire.HeaderReplayed))
 		require.Equal(t, "session=secret", res.Header.Get("Set-Cookie"), "the first response is the handler's, untouched")
 		require.Equal(t, "1", res.Header.Get("X-Run"))
 		require.Equal(t, strconv.Itoa(len(res.Body)), res.Header.Get("Content-Length"))
@@ -63,13 +64,13 @@ func TestOutcome_CompletedDuplicateIsReplayed(t *testing.T) {
 			res := b.do(t, q)
 			require.Equal(t, first.Status, res.Status)
 			require.Equal(t, string(first.Body), string(res.Body), "byte for byte")
-			require.Equal(t, "true", res.Header.Get(server.HeaderReplayed))
-			require.Equal(t, "86400", res.Header.Get(server.HeaderWindow))
+			require.Equal(t, "true", res.Header.Get(wire.HeaderReplayed))
+			require.Equal(t, "86400", res.Header.Get(wire.HeaderWindow))
 			require.Equal(t, first.Header.Get("Content-Type"), res.Header.Get("Content-Type"))
 			require.Equal(t, first.Header.Get("Location"), res.Header.Get("Location"))
 			require.Empty(t, res.Header.Get("Set-Cookie"), "Set-Cookie is never replayed")
 			require.Empty(t, res.Header.Get("X-Run"), "headers outside the allowlist are not replayed")
-			require.Empty(t, res.Header.Get(server.HeaderOmitted))
+			require.Empty(t, res.Header.Get(wire.HeaderOmitted))
 		}
 		require.EqualValues(t, 1, b.runs.Load(), "the handler must not run again")
 		require.Equal(t, 1, b.count(t, mwCountEffects))
@@ -91,7 +92,7 @@ func TestOutcome_HandlerChosen4xxIsStored(t *testing.T) {
 		again := b.do(t, mwReq{path: "/teapot", principal: "alice", keys: []string{"k"}, body: "x", contentType: "text/plain"})
 		require.Equal(t, http.StatusTeapot, again.Status)
 		require.Equal(t, "short and stout 1", string(again.Body))
-		require.Equal(t, "true", again.Header.Get(server.HeaderReplayed))
+		require.Equal(t, "true", again.Header.Get(wire.HeaderReplayed))
 		require.EqualValues(t, 1, b.runs.Load())
 	})
 }
@@ -113,7 +114,7 @@ func TestOutcome_InFlightDuplicateIs409(t *testing.T) {
 		require.Equal(t, "alice", mwRecv(t, b.started))
 
 		res := b.do(t, mwReq{path: "/block", principal: "alice", keys: []string{"k"}, body: mwBody})
-		p := res.requireProblem(t, http.StatusConflict, server.ProblemInFlight)
+		p := res.requireProblem(t, http.StatusConflict, wire.ProblemInFlight)
 		require.NotContains(t, p["detail"], "alice")
 		retry, err := strconv.Atoi(res.Header.Get("Retry-After"))
 		require.NoError(t, err)
@@ -123,28 +124,28 @@ func TestOutcome_InFlightDuplicateIs409(t *testing.T) {
 			// the first request has just started), never past the lease.
 			require.LessOrEqual(t, retry, 2, "Retry-After estimates when the original is done")
 		}
-		require.Equal(t, "86400", res.Header.Get(server.HeaderWindow))
+		require.Equal(t, "86400", res.Header.Get(wire.HeaderWindow))
 
 		// A different body while in flight: in lease mode the committed
 		// claim has the fingerprint, so it is a 422; in transactional mode
 		// the claim is uncommitted and invisible, so it is a 409.
 		res = b.do(t, mwReq{path: "/block", principal: "alice", keys: []string{"k"}, body: `{"amount":1}`})
 		if mode == server.ModeLease {
-			res.requireProblem(t, http.StatusUnprocessableEntity, server.ProblemKeyReused)
+			res.requireProblem(t, http.StatusUnprocessableEntity, wire.ProblemKeyReused)
 		} else {
-			res.requireProblem(t, http.StatusConflict, server.ProblemInFlight)
+			res.requireProblem(t, http.StatusConflict, wire.ProblemInFlight)
 		}
 
 		close(b.release)
 		first := mwRecv(t, firstDone)
 		require.NotNil(t, first)
 		require.Equal(t, http.StatusCreated, first.Status)
-		require.Empty(t, first.Header.Get(server.HeaderReplayed))
+		require.Empty(t, first.Header.Get(wire.HeaderReplayed))
 
 		// Now it is a replay.
 		res = b.do(t, mwReq{path: "/block", principal: "alice", keys: []string{"k"}, body: mwBody})
 		require.Equal(t, http.StatusCreated, res.Status)
-		require.Equal(t, "true", res.Header.Get(server.HeaderReplayed))
+		require.Equal(t, "true", res.Header.Get(wire.HeaderReplayed))
 		require.Equal(t, string(first.Body), string(res.Body))
 		require.Equal(t, 1, b.count(t, mwCountEffects))
 	})
@@ -162,8 +163,8 @@ func TestOutcome_DifferentRequestIs422(t *testing.T) {
 			"raw":    {principal: "alice", keys: []string{"k"}, body: mwBody, contentType: "text/plain"},
 		} {
 			res := b.do(t, q)
-			p := res.requireProblem(t, http.StatusUnprocessableEntity, server.ProblemKeyReused)
-			require.Equal(t, "86400", res.Header.Get(server.HeaderWindow), name)
+			p := res.requireProblem(t, http.StatusUnprocessableEntity, wire.ProblemKeyReused)
+			require.Equal(t, "86400", res.Header.Get(wire.HeaderWindow), name)
 			require.NotContains(t, string(res.Body), "4000", "%s: a problem must not echo the stored request", name)
 			require.NotContains(t, p["detail"], "alice")
 		}
@@ -180,8 +181,8 @@ func TestOutcome_MissingKey(t *testing.T) {
 	forEachStore(t, func(t *testing.T, kind string) {
 		b := mwSetup(t, kind, server.ModeLease, nil)
 		res := b.do(t, mwReq{principal: "alice", body: mwBody})
-		res.requireProblem(t, http.StatusBadRequest, server.ProblemKeyMissing)
-		require.Equal(t, "86400", res.Header.Get(server.HeaderWindow))
+		res.requireProblem(t, http.StatusBadRequest, wire.ProblemKeyMissing)
+		require.Equal(t, "86400", res.Header.Get(wire.HeaderWindow))
 		require.EqualValues(t, 0, b.runs.Load())
 		require.Equal(t, 0, b.count(t, mwCountRecords))
 		ev := b.eventsCopy()
@@ -194,14 +195,14 @@ func TestOutcome_MissingKey(t *testing.T) {
 		for range 2 {
 			res = b2.do(t, mwReq{principal: "alice", body: mwBody})
 			require.Equal(t, http.StatusCreated, res.Status)
-			require.Empty(t, res.Header.Get(server.HeaderWindow))
-			require.Empty(t, res.Header.Get(server.HeaderReplayed))
+			require.Empty(t, res.Header.Get(wire.HeaderWindow))
+			require.Empty(t, res.Header.Get(wire.HeaderReplayed))
 		}
 		require.EqualValues(t, 2, b2.runs.Load())
 		require.Equal(t, 0, b2.count(t, mwCountRecords))
 		require.Equal(t, server.OutcomePassThrough, b2.eventsCopy()[0].Outcome)
 		// An invalid key is still refused.
-		b2.do(t, mwReq{principal: "alice", keys: []string{""}, body: mwBody}).requireProblem(t, http.StatusBadRequest, server.ProblemKeyInvalid)
+		b2.do(t, mwReq{principal: "alice", keys: []string{""}, body: mwBody}).requireProblem(t, http.StatusBadRequest, wire.ProblemKeyInvalid)
 	})
 }
 
@@ -218,7 +219,7 @@ func TestOutcome_MalformedKey(t *testing.T) {
 			"badQuoting": {`"abc`},
 		} {
 			res := b.do(t, mwReq{principal: "alice", keys: keys, body: mwBody})
-			p := res.requireProblem(t, http.StatusBadRequest, server.ProblemKeyInvalid)
+			p := res.requireProblem(t, http.StatusBadRequest, wire.ProblemKeyInvalid)
 			require.NotEmpty(t, p["detail"], name)
 		}
 		require.EqualValues(t, 0, b.runs.Load())
@@ -233,8 +234,8 @@ func TestOutcome_BodyTooLarge(t *testing.T) {
 	forEachStoreAndMode(t, func(t *testing.T, kind string, mode server.Mode) {
 		b := mwSetup(t, kind, mode, func(c *server.Config) { c.MaxFingerprintBytes = 64 })
 		res := b.do(t, mwReq{principal: "alice", keys: []string{"k"}, body: strings.Repeat("x", 65), contentType: "text/plain"})
-		res.requireProblem(t, http.StatusRequestEntityTooLarge, server.ProblemBodyTooLarge)
-		require.Equal(t, "86400", res.Header.Get(server.HeaderWindow))
+		res.requireProblem(t, http.StatusRequestEntityTooLarge, wire.ProblemBodyTooLarge)
+		require.Equal(t, "86400", res.Header.Get(wire.HeaderWindow))
 		require.EqualValues(t, 0, b.runs.Load())
 		require.Equal(t, 0, b.count(t, mwCountRecords))
 		// Exactly at the limit is fingerprinted, and the handler sees the
@@ -252,7 +253,7 @@ func TestOutcome_NoPrincipalIs401(t *testing.T) {
 	forEachStore(t, func(t *testing.T, kind string) {
 		b := mwSetup(t, kind, server.ModeLease, nil)
 		res := b.do(t, mwReq{keys: []string{"k"}, body: mwBody})
-		p := res.requireProblem(t, http.StatusUnauthorized, server.ProblemUnauthenticated)
+		p := res.requireProblem(t, http.StatusUnauthorized, wire.ProblemUnauthenticated)
 		require.NotContains(t, p["detail"], "X-Principal", "the PrincipalFunc error is not shown to the client")
 		require.EqualValues(t, 0, b.runs.Load())
 		ev := b.eventsCopy()
@@ -264,7 +265,7 @@ func TestOutcome_NoPrincipalIs401(t *testing.T) {
 		b2 := mwSetup(t, kind, server.ModeLease, func(c *server.Config) {
 			c.PrincipalFunc = func(*http.Request) (string, error) { return "", nil }
 		})
-		b2.do(t, mwReq{keys: []string{"k"}, body: mwBody}).requireProblem(t, http.StatusUnauthorized, server.ProblemUnauthenticated)
+		b2.do(t, mwReq{keys: []string{"k"}, body: mwBody}).requireProblem(t, http.StatusUnauthorized, wire.ProblemUnauthenticated)
 	})
 }
 
@@ -279,10 +280,10 @@ func TestOutcome_StoreUnavailableIs503(t *testing.T) {
 			b.pool.Close()
 		}
 		res := b.do(t, mwReq{principal: "alice", keys: []string{"k"}, body: mwBody})
-		p := res.requireProblem(t, http.StatusServiceUnavailable, server.ProblemStoreUnavailable)
+		p := res.requireProblem(t, http.StatusServiceUnavailable, wire.ProblemStoreUnavailable)
 		require.NotEmpty(t, p["detail"])
 		require.Equal(t, "1", res.Header.Get("Retry-After"))
-		require.Equal(t, "86400", res.Header.Get(server.HeaderWindow))
+		require.Equal(t, "86400", res.Header.Get(wire.HeaderWindow))
 		require.EqualValues(t, 0, b.runs.Load(), "fail closed: the handler must not run")
 		ev := b.eventsCopy()
 		require.Len(t, ev, 1)
@@ -307,7 +308,7 @@ func TestOutcome_StoreBusyIs503(t *testing.T) {
 	require.NoError(t, err)
 
 	res := b.do(t, mwReq{principal: "alice", keys: []string{"k"}, body: mwBody})
-	res.requireProblem(t, http.StatusServiceUnavailable, server.ProblemStoreBusy)
+	res.requireProblem(t, http.StatusServiceUnavailable, wire.ProblemStoreBusy)
 	require.Equal(t, "1", res.Header.Get("Retry-After"))
 	require.EqualValues(t, 0, b.runs.Load())
 
@@ -326,8 +327,8 @@ func TestOutcome_5xxReleasesClaim(t *testing.T) {
 			res := b.do(t, mwReq{path: "/fail", principal: "alice", keys: []string{"k"}, body: mwBody})
 			require.Equal(t, http.StatusBadGateway, res.Status)
 			require.Equal(t, "upstream exploded "+strconv.Itoa(i)+"\n", string(res.Body), "the handler's 5xx is sent as is")
-			require.Empty(t, res.Header.Get(server.HeaderReplayed))
-			require.Equal(t, "86400", res.Header.Get(server.HeaderWindow))
+			require.Empty(t, res.Header.Get(wire.HeaderReplayed))
+			require.Equal(t, "86400", res.Header.Get(wire.HeaderWindow))
 		}
 		require.EqualValues(t, 2, b.runs.Load(), "a retry after a 5xx runs the handler again")
 		require.Equal(t, 0, b.count(t, mwCountRecords), "nothing stored")
@@ -349,7 +350,7 @@ func TestOutcome_PanicReleasesClaim(t *testing.T) {
 		b := mwSetup(t, kind, mode, nil)
 		for range 2 {
 			res := b.do(t, mwReq{path: "/panic", principal: "alice", keys: []string{"k"}, body: mwBody})
-			res.requireProblem(t, http.StatusInternalServerError, server.ProblemHandlerPanic)
+			res.requireProblem(t, http.StatusInternalServerError, wire.ProblemHandlerPanic)
 			require.NotContains(t, string(res.Body), "partial", "nothing the handler wrote reaches the client")
 			require.NotContains(t, string(res.Body), "boom")
 		}
@@ -377,13 +378,13 @@ func TestOutcome_LargeResponseIsPassedThroughNotStored(t *testing.T) {
 		require.Equal(t, http.StatusOK, first.Status)
 		require.Len(t, first.Body, 5000, "the first caller gets the whole body")
 		require.Equal(t, `"big-1"`, first.Header.Get("ETag"))
-		require.Empty(t, first.Header.Get(server.HeaderOmitted))
+		require.Empty(t, first.Header.Get(wire.HeaderOmitted))
 
 		res := b.do(t, mwReq{path: "/big", principal: "alice", keys: []string{"k"}, body: mwBody})
 		require.Equal(t, http.StatusOK, res.Status)
 		require.Empty(t, res.Body)
-		require.Equal(t, "true", res.Header.Get(server.HeaderReplayed))
-		require.Equal(t, "true", res.Header.Get(server.HeaderOmitted))
+		require.Equal(t, "true", res.Header.Get(wire.HeaderReplayed))
+		require.Equal(t, "true", res.Header.Get(wire.HeaderOmitted))
 		require.Equal(t, `"big-1"`, res.Header.Get("ETag"))
 		require.Equal(t, "application/octet-stream", res.Header.Get("Content-Type"))
 		require.EqualValues(t, 1, b.runs.Load(), "a replay of an omitted body never re-runs the handler")
@@ -397,8 +398,8 @@ func TestOutcome_SafeMethodsPassThrough(t *testing.T) {
 		for range 2 {
 			res := b.do(t, mwReq{method: http.MethodGet, principal: "alice", keys: []string{"k"}})
 			require.Equal(t, http.StatusCreated, res.Status)
-			require.Empty(t, res.Header.Get(server.HeaderWindow))
-			require.Empty(t, res.Header.Get(server.HeaderReplayed))
+			require.Empty(t, res.Header.Get(wire.HeaderWindow))
+			require.Empty(t, res.Header.Get(wire.HeaderReplayed))
 		}
 		require.EqualValues(t, 2, b.runs.Load())
 		require.Equal(t, 0, b.count(t, mwCountRecords))
@@ -414,9 +415,9 @@ func TestOutcome_EndpointScope(t *testing.T) {
 		// is a 422, never a second execution.
 		b := mwSetup(t, kind, mode, nil)
 		require.Equal(t, http.StatusCreated, b.do(t, mwReq{path: "/payments", principal: "alice", keys: []string{"k"}, body: mwBody}).Status)
-		b.do(t, mwReq{path: "/refunds", principal: "alice", keys: []string{"k"}, body: mwBody}).requireProblem(t, http.StatusUnprocessableEntity, server.ProblemKeyReused)
+		b.do(t, mwReq{path: "/refunds", principal: "alice", keys: []string{"k"}, body: mwBody}).requireProblem(t, http.StatusUnprocessableEntity, wire.ProblemKeyReused)
 		require.Equal(t, http.StatusCreated, b.do(t, mwReq{method: http.MethodPut, path: "/items/1", principal: "alice", keys: []string{"i"}, body: mwBody}).Status)
-		b.do(t, mwReq{method: http.MethodPut, path: "/items/2", principal: "alice", keys: []string{"i"}, body: mwBody}).requireProblem(t, http.StatusUnprocessableEntity, server.ProblemKeyReused)
+		b.do(t, mwReq{method: http.MethodPut, path: "/items/2", principal: "alice", keys: []string{"i"}, body: mwBody}).requireProblem(t, http.StatusUnprocessableEntity, wire.ProblemKeyReused)
 		require.Equal(t, server.EndpointAny, b.eventsCopy()[0].Scope.Endpoint)
 		require.EqualValues(t, 2, b.runs.Load())
 
@@ -427,7 +428,7 @@ func TestOutcome_EndpointScope(t *testing.T) {
 		require.Equal(t, http.StatusCreated, named.do(t, mwReq{path: "/payments", principal: "alice", keys: []string{"k"}, body: mwBody}).Status)
 		res := named.do(t, mwReq{path: "/refunds", principal: "alice", keys: []string{"k"}, body: mwBody})
 		require.Equal(t, http.StatusCreated, res.Status)
-		require.Empty(t, res.Header.Get(server.HeaderReplayed))
+		require.Empty(t, res.Header.Get(wire.HeaderReplayed))
 		require.Equal(t, "op.payments", named.eventsCopy()[0].Scope.Endpoint)
 		require.EqualValues(t, 2, named.runs.Load())
 	})
@@ -439,7 +440,7 @@ func TestOutcome_ExpiryAndSweep(t *testing.T) {
 		b := mwSetup(t, kind, mode, func(c *server.Config) { c.Window = time.Hour })
 		first := b.do(t, mwReq{principal: "alice", keys: []string{"k"}, body: mwBody})
 		require.Equal(t, http.StatusCreated, first.Status)
-		require.Equal(t, "3600", first.Header.Get(server.HeaderWindow))
+		require.Equal(t, "3600", first.Header.Get(wire.HeaderWindow))
 
 		// Within the window: always a replay, even after a sweep.
 		b.clock.Advance(59 * time.Minute)
@@ -447,7 +448,7 @@ func TestOutcome_ExpiryAndSweep(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, n)
 		res := b.do(t, mwReq{principal: "alice", keys: []string{"k"}, body: mwBody})
-		require.Equal(t, "true", res.Header.Get(server.HeaderReplayed))
+		require.Equal(t, "true", res.Header.Get(wire.HeaderReplayed))
 		require.Equal(t, string(first.Body), string(res.Body))
 
 		// After the window, before any sweep: a new request (the expired
@@ -455,7 +456,7 @@ func TestOutcome_ExpiryAndSweep(t *testing.T) {
 		b.clock.Advance(2 * time.Minute)
 		res = b.do(t, mwReq{principal: "alice", keys: []string{"k"}, body: mwBody})
 		require.Equal(t, http.StatusCreated, res.Status)
-		require.Empty(t, res.Header.Get(server.HeaderReplayed))
+		require.Empty(t, res.Header.Get(wire.HeaderReplayed))
 		require.EqualValues(t, 2, b.runs.Load())
 
 		// After the window and a sweep: a new request too.
@@ -466,7 +467,7 @@ func TestOutcome_ExpiryAndSweep(t *testing.T) {
 		require.Equal(t, 0, b.count(t, mwCountRecords))
 		res = b.do(t, mwReq{principal: "alice", keys: []string{"k"}, body: `{"different":"body is fine now"}`})
 		require.Equal(t, http.StatusCreated, res.Status)
-		require.Empty(t, res.Header.Get(server.HeaderReplayed))
+		require.Empty(t, res.Header.Get(wire.HeaderReplayed))
 		require.EqualValues(t, 3, b.runs.Load())
 	})
 }
@@ -524,7 +525,7 @@ func TestOutcome_LeaseTakeover(t *testing.T) {
 
 		// Replays now return the takeover's response.
 		res := b.do(t, mwReq{path: "/block", principal: "alice", keys: []string{"k"}, body: mwBody})
-		require.Equal(t, "true", res.Header.Get(server.HeaderReplayed))
+		require.Equal(t, "true", res.Header.Get(wire.HeaderReplayed))
 		require.Equal(t, string(second.Body), string(res.Body))
 	})
 }
@@ -576,7 +577,7 @@ func TestOutcome_CommitFailureRollsBack(t *testing.T) {
 		b.srv = srv
 
 		res := b.do(t, mwReq{path: "/orphan", principal: "alice", keys: []string{"k"}, body: mwBody})
-		res.requireProblem(t, http.StatusServiceUnavailable, server.ProblemStoreUnavailable)
+		res.requireProblem(t, http.StatusServiceUnavailable, wire.ProblemStoreUnavailable)
 		require.NotContains(t, string(res.Body), "supposedly", "the handler's response is not sent when its transaction did not commit")
 		require.EqualValues(t, 1, b.runs.Load())
 		require.Equal(t, 0, b.count(t, mwCountRecords))
@@ -649,11 +650,11 @@ func TestOutcome_ReplayDoesNotWaitForWriter(t *testing.T) {
 
 			res := b.do(t, mwReq{path: "/payments", principal: "alice", keys: []string{"done"}, body: mwBody})
 			require.Equal(t, http.StatusCreated, res.Status, "replay while another transaction is open")
-			require.Equal(t, "true", res.Header.Get(server.HeaderReplayed))
+			require.Equal(t, "true", res.Header.Get(wire.HeaderReplayed))
 			require.Equal(t, string(first.Body), string(res.Body))
 
 			res = b.do(t, mwReq{path: "/payments", principal: "alice", keys: []string{"done"}, body: `{"amount":2}`})
-			res.requireProblem(t, http.StatusUnprocessableEntity, server.ProblemKeyReused)
+			res.requireProblem(t, http.StatusUnprocessableEntity, wire.ProblemKeyReused)
 
 			close(b.release)
 			require.Equal(t, http.StatusCreated, mwRecv(t, blocked).Status)

@@ -2,7 +2,8 @@ package server
 
 import (
 	"errors"
-	"fmt"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 var (
@@ -22,10 +23,10 @@ var (
 	// the handler does not run (fail closed).
 	ErrStoreUnavailable = errors.New("idemkit/server: store unavailable")
 	// ErrKeyMissing: a protected route got no Idempotency-Key. HTTP: 400.
-	ErrKeyMissing = errors.New("idemkit/server: Idempotency-Key header missing")
+	ErrKeyMissing = wire.ErrKeyMissing
 	// ErrKeyInvalid: the key is empty, too long, has control characters, or
-	// the header is repeated. HTTP: 400. Wrapped by *KeyError.
-	ErrKeyInvalid = errors.New("idemkit/server: invalid Idempotency-Key")
+	// the header is repeated. HTTP: 400. Event.Err carries the reason.
+	ErrKeyInvalid = wire.ErrKeyInvalid
 	// ErrFingerprintMismatch: the key was used before with a different
 	// request. HTTP: 422.
 	ErrFingerprintMismatch = errors.New("idemkit/server: idempotency key reused with a different request")
@@ -58,13 +59,3 @@ var (
 	// result if it was stored.
 	ErrOutcomeUnknown = errors.New("idemkit/server: outcome unknown")
 )
-
-// KeyError describes why an Idempotency-Key was rejected.
-type KeyError struct {
-	Reason string
-}
-
-func (e *KeyError) Error() string { return fmt.Sprintf("%v: %s", ErrKeyInvalid, e.Reason) }
-
-// Is reports whether target is ErrKeyInvalid.
-func (e *KeyError) Is(target error) bool { return target == ErrKeyInvalid }

@@ -158,26 +158,6 @@ func ExampleModeTransactional() {
 	// payments: 1
 }
 
-func ExampleParseKey() {
-	for _, h := range [][]string{{"abc"}, {`"abc"`}, {}, {"a", "b"}, {strings.Repeat("x", 256)}} {
-		key, err := server.ParseKey(h)
-		switch {
-		case errors.Is(err, server.ErrKeyMissing):
-			fmt.Println("missing")
-		case errors.Is(err, server.ErrKeyInvalid):
-			fmt.Println("invalid:", err.(*server.KeyError).Reason)
-		default:
-			fmt.Printf("key %q\n", key)
-		}
-	}
-	// Output:
-	// key "abc"
-	// key "abc"
-	// missing
-	// invalid: the header is repeated (2 field lines); send exactly one
-	// invalid: the key is 256 bytes long; at most 255 are allowed
-}
-
 func ExampleCanonicalJSON() {
 	for _, in := range []string{
 		`{"currency": "EUR", "amount": 4000.0}`,

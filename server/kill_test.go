@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/pgstore"
 	"github.com/idemkit/idemkit/server/sqlitestore"
@@ -330,11 +331,11 @@ func TestKill_Transactional(t *testing.T) {
 		child := mwStartChild(t, mwChildSpec{Store: kind, Target: tg.target, Mode: server.ModeTransactional, Generation: 2})
 		res := mwPostUntil(t, ctx, child, "kill-me", func(r *mwResponse) bool { return r.Status != http.StatusConflict })
 		require.Equal(t, http.StatusCreated, res.Status, "body %s", res.Body)
-		require.Empty(t, res.Header.Get(server.HeaderReplayed))
+		require.Empty(t, res.Header.Get(wire.HeaderReplayed))
 		require.JSONEq(t, `{"generation":2}`, string(res.Body))
 		again, err := child.post(ctx, "kill-me")
 		require.NoError(t, err)
-		require.Equal(t, "true", again.Header.Get(server.HeaderReplayed))
+		require.Equal(t, "true", again.Header.Get(wire.HeaderReplayed))
 		require.Equal(t, 1, tg.count(t, mwCountEffects), "exactly one effect")
 		require.Equal(t, 1, tg.count(t, mwCountRecords))
 	})
@@ -368,12 +369,12 @@ func TestKill_Lease(t *testing.T) {
 		// After the lease it takes the claim over and runs exactly once.
 		res = mwPostUntil(t, ctx, child, "kill-me", func(r *mwResponse) bool { return r.Status != http.StatusConflict })
 		require.Equal(t, http.StatusCreated, res.Status, "body %s", res.Body)
-		require.Empty(t, res.Header.Get(server.HeaderReplayed))
+		require.Empty(t, res.Header.Get(wire.HeaderReplayed))
 		require.JSONEq(t, `{"generation":2}`, string(res.Body))
 		for range 2 {
 			again, err := child.post(ctx, "kill-me")
 			require.NoError(t, err)
-			require.Equal(t, "true", again.Header.Get(server.HeaderReplayed))
+			require.Equal(t, "true", again.Header.Get(wire.HeaderReplayed))
 		}
 		require.Equal(t, 1, tg.count(t, "SELECT count(*) FROM runs WHERE generation = 2"), "the takeover ran exactly once")
 		require.Equal(t, 0, tg.count(t, mwCountInProgress))

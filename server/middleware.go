@@ -5,24 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idemkit/internal/wire"
 	"io"
 	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
 	"time"
-)
-
-// Response headers set by the middleware.
-const (
-	// HeaderReplayed marks a stored response: the handler did not run.
-	HeaderReplayed = "Idempotent-Replayed"
-	// HeaderOmitted marks the replay of a response whose body was too large
-	// to store: the status and headers are the original, the body is empty.
-	HeaderOmitted = "Idempotent-Response-Omitted"
-	// HeaderWindow is on every response to a keyed request: the retention
-	// window in whole seconds.
-	HeaderWindow = "Idempotency-Window"
 )
 
 // Outcome says what the middleware did with a request.
@@ -155,7 +144,7 @@ var neverStored = map[string]bool{
 	"Set-Cookie": true, "Authorization": true, "Proxy-Authorization": true, "Proxy-Authenticate": true,
 	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Te": true, "Trailer": true,
 	"Transfer-Encoding": true, "Upgrade": true, "Content-Length": true,
-	HeaderReplayed: true, HeaderOmitted: true, HeaderWindow: true, "Retry-After": true,
+	wire.HeaderReplayed: true, wire.HeaderOmitted: true, wire.HeaderWindow: true, "Retry-After": true,
 }
 
 func (m *Middleware) now() time.Time { return m.timeNowFunc() }
@@ -224,13 +213,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 	}()
 
-	key, keyErr := ParseKey(r.Header.Values(HeaderKey))
+	key, keyErr := wire.ParseKey(r.Header.Values(HeaderKey))
 	if keyErr != nil && errors.Is(keyErr, ErrKeyMissing) && m.cfg.AllowMissingKey {
 		ev.Outcome = OutcomePassThrough
 		next.ServeHTTP(w, r)
 		return
 	}
-	w.Header().Set(HeaderWindow, m.window)
+	w.Header().Set(wire.HeaderWindow, m.window)
 
 	principal, err := m.cfg.PrincipalFunc(r)
 	if err == nil && principal == "" {
@@ -238,27 +227,27 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	if err != nil {
 		ev.Err = fmt.Errorf("%w: %w", ErrUnauthenticated, err)
-		m.reject(w, &ev, http.StatusUnauthorized, ProblemUnauthenticated, "The request has no authenticated principal, so its Idempotency-Key cannot be scoped.")
+		m.reject(w, &ev, http.StatusUnauthorized, wire.ProblemUnauthenticated, "The request has no authenticated principal, so its Idempotency-Key cannot be scoped.")
 		return
 	}
 	if err := validScopePart("principal", principal); err != nil {
 		ev.Err = fmt.Errorf("%w: %w: %w", ErrUnauthenticated, ErrScopeInvalid, err)
-		m.reject(w, &ev, http.StatusUnauthorized, ProblemPrincipalInvalid,
+		m.reject(w, &ev, http.StatusUnauthorized, wire.ProblemPrincipalInvalid,
 			fmt.Sprintf("The request's principal cannot scope an Idempotency-Key: it must be valid UTF-8 without control characters, at most %d bytes.", MaxScopePartBytes))
 		return
 	}
 	if keyErr != nil {
 		ev.Err = keyErr
 		if errors.Is(keyErr, ErrKeyMissing) {
-			m.reject(w, &ev, http.StatusBadRequest, ProblemKeyMissing, "This operation requires an Idempotency-Key header; mint one key per intent (a UUIDv4) and resend it on every retry.")
+			m.reject(w, &ev, http.StatusBadRequest, wire.ProblemKeyMissing, "This operation requires an Idempotency-Key header; mint one key per intent (a UUIDv4) and resend it on every retry.")
 			return
 		}
 		detail := "The Idempotency-Key header is malformed."
-		var ke *KeyError
+		var ke *wire.KeyError
 		if errors.As(keyErr, &ke) {
 			detail = "The Idempotency-Key header is malformed: " + ke.Reason + "."
 		}
-		m.reject(w, &ev, http.StatusBadRequest, ProblemKeyInvalid, detail)
+		m.reject(w, &ev, http.StatusBadRequest, wire.ProblemKeyInvalid, detail)
 		return
 	}
 
@@ -270,17 +259,17 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if err != nil {
 		ev.Err = err
 		if errors.Is(err, ErrBodyTooLarge) {
-			m.reject(w, &ev, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
+			m.reject(w, &ev, http.StatusRequestEntityTooLarge, wire.ProblemBodyTooLarge,
 				fmt.Sprintf("The request body is larger than %d bytes, the most this route accepts.", limit))
 			return
 		}
-		m.reject(w, &ev, http.StatusBadRequest, ProblemBodyUnreadable, "The request body could not be read.")
+		m.reject(w, &ev, http.StatusBadRequest, wire.ProblemBodyUnreadable, "The request body could not be read.")
 		return
 	}
 	scope := Scope{Principal: principal, Endpoint: m.endpoint(r, route), Key: key}
 	if err := validScopePart("endpoint", scope.Endpoint); err != nil {
 		ev.Err = fmt.Errorf("%w: %w", ErrScopeInvalid, err)
-		m.reject(w, &ev, http.StatusBadRequest, ProblemEndpointInvalid,
+		m.reject(w, &ev, http.StatusBadRequest, wire.ProblemEndpointInvalid,
 			fmt.Sprintf("The operation this request was routed to has no usable name: it must be valid UTF-8 without control characters, at most %d bytes.", MaxScopePartBytes))
 		return
 	}
@@ -478,7 +467,7 @@ func (m *Middleware) outcomeUnknown(w http.ResponseWriter, r *http.Request, ev *
 	ev.Outcome, ev.Status, ev.Err = OutcomeUnknown, http.StatusServiceUnavailable, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
 	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idemkit: outcome unknown; answered outcome-unknown",
 		scopeAttrs(ev.Scope, slog.Any("error", err))...)
-	writeProblem(w, http.StatusServiceUnavailable, ProblemOutcomeUnknown, detail, 1)
+	writeProblem(w, http.StatusServiceUnavailable, wire.ProblemOutcomeUnknown, detail, 1)
 }
 
 func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fp []byte, version int, ev *Event) {
@@ -601,9 +590,9 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 		m.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idemkit: transaction failed after the handler ran; its effect was rolled back",
 			scopeAttrs(scope, slog.String("op", op), slog.Any("error", err))...)
 		ev.Outcome, ev.Status, ev.Err = OutcomeStoreError, http.StatusServiceUnavailable, err
-		slug := ProblemStoreUnavailable
+		slug := wire.ProblemStoreUnavailable
 		if errors.Is(err, ErrStoreBusy) {
-			slug = ProblemStoreBusy
+			slug = wire.ProblemStoreBusy
 		}
 		writeProblem(w, http.StatusServiceUnavailable, slug,
 			"The result could not be committed, so nothing was applied. Retry with the same Idempotency-Key.", 1)
@@ -662,7 +651,7 @@ func (m *Middleware) panicked(w http.ResponseWriter, r *http.Request, ev *Event,
 	ev.Err = fmt.Errorf("idemkit/server: handler panicked: %v", pv)
 	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idemkit: handler panicked; claim released",
 		scopeAttrs(ev.Scope, slog.Any("panic", pv))...)
-	writeProblem(w, http.StatusInternalServerError, ProblemHandlerPanic, "The server failed while handling the request; nothing was stored. Retry with the same Idempotency-Key.", 0)
+	writeProblem(w, http.StatusInternalServerError, wire.ProblemHandlerPanic, "The server failed while handling the request; nothing was stored. Retry with the same Idempotency-Key.", 0)
 }
 
 // canceledInHandler answers a request whose handler returned without
@@ -672,7 +661,7 @@ func (m *Middleware) canceledInHandler(w http.ResponseWriter, r *http.Request, e
 	ev.Outcome, ev.Status, ev.Err = OutcomeCanceled, http.StatusServiceUnavailable, err
 	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelDebug, "idemkit: handler answered nothing to a canceled request; claim released",
 		scopeAttrs(ev.Scope, slog.Any("error", err))...)
-	writeProblem(w, http.StatusServiceUnavailable, ProblemCanceled,
+	writeProblem(w, http.StatusServiceUnavailable, wire.ProblemCanceled,
 		"The request was canceled before it was processed; nothing was applied. Retry with the same Idempotency-Key.", 1)
 }
 
@@ -684,7 +673,7 @@ func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, ex *
 	}
 	if ex.FingerprintVersion != version || !bytes.Equal(ex.Fingerprint, fp) {
 		ev.Outcome, ev.Status, ev.Err = OutcomeMismatch, http.StatusUnprocessableEntity, ErrFingerprintMismatch
-		writeProblem(w, http.StatusUnprocessableEntity, ProblemKeyReused,
+		writeProblem(w, http.StatusUnprocessableEntity, wire.ProblemKeyReused,
 			"This Idempotency-Key was already used for a different request (method, path or body). Use a new key for a new request.", 0)
 		return
 	}
@@ -697,7 +686,7 @@ func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, ex *
 		return
 	}
 	ev.Outcome, ev.Status, ev.Err = OutcomeInFlight, http.StatusConflict, ErrInFlight
-	writeProblem(w, http.StatusConflict, ProblemInFlight,
+	writeProblem(w, http.StatusConflict, wire.ProblemInFlight,
 		"A request with this Idempotency-Key is still being processed. Retry after the delay in Retry-After.", m.inFlightRetryAfter(r, ev.Scope, ex))
 }
 
@@ -706,9 +695,9 @@ func (m *Middleware) replay(w http.ResponseWriter, resp *StoredResponse, ev *Eve
 	for k, v := range resp.Header {
 		h[k] = v
 	}
-	h.Set(HeaderReplayed, "true")
+	h.Set(wire.HeaderReplayed, "true")
 	if resp.BodyOmitted {
-		h.Set(HeaderOmitted, "true")
+		h.Set(wire.HeaderOmitted, "true")
 	}
 	if bodyAllowed(resp.Status) {
 		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
@@ -747,7 +736,7 @@ func (m *Middleware) storeFailure(w http.ResponseWriter, r *http.Request, ev *Ev
 		// The client went away (or a server timeout fired) while the store
 		// call waited: not a store failure, and nothing to page anyone for.
 		ev.Outcome, ev.Status = OutcomeCanceled, http.StatusServiceUnavailable
-		writeProblem(w, http.StatusServiceUnavailable, ProblemCanceled,
+		writeProblem(w, http.StatusServiceUnavailable, wire.ProblemCanceled,
 			"The request was canceled before it was processed; nothing was applied. Retry with the same Idempotency-Key.", 1)
 		m.cfg.Logger.LogAttrs(r.Context(), slog.LevelDebug, "idemkit: request canceled before its claim",
 			scopeAttrs(ev.Scope, slog.String("op", op), slog.Any("error", err))...)
@@ -756,18 +745,18 @@ func (m *Middleware) storeFailure(w http.ResponseWriter, r *http.Request, ev *Ev
 	switch {
 	case errors.Is(err, ErrInFlight):
 		ev.Outcome, ev.Status = OutcomeInFlight, http.StatusConflict
-		writeProblem(w, http.StatusConflict, ProblemInFlight,
+		writeProblem(w, http.StatusConflict, wire.ProblemInFlight,
 			"A request with this Idempotency-Key is still being processed. Retry after the delay in Retry-After.", 1)
 		return
 	case errors.Is(err, ErrStoreBusy):
 		ev.StoreErrors = append(ev.StoreErrors, op)
 		ev.Outcome, ev.Status = OutcomeStoreError, http.StatusServiceUnavailable
-		writeProblem(w, http.StatusServiceUnavailable, ProblemStoreBusy,
+		writeProblem(w, http.StatusServiceUnavailable, wire.ProblemStoreBusy,
 			"The idempotency store is busy; the request was not processed. Retry with the same Idempotency-Key.", 1)
 	default:
 		ev.StoreErrors = append(ev.StoreErrors, op)
 		ev.Outcome, ev.Status = OutcomeStoreError, http.StatusServiceUnavailable
-		writeProblem(w, http.StatusServiceUnavailable, ProblemStoreUnavailable,
+		writeProblem(w, http.StatusServiceUnavailable, wire.ProblemStoreUnavailable,
 			"The idempotency store is unavailable; the request was not processed. Retry with the same Idempotency-Key.", 1)
 	}
 	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "idemkit: store error; request not processed",

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/internal/sqlstore"
 	"github.com/idemkit/idemkit/server/pgstore"
@@ -312,7 +313,7 @@ func (r *mwResponse) requireProblem(t *testing.T, status int, slug string) map[s
 	t.Helper()
 	require.Equal(t, status, r.Status, "body %s", r.Body)
 	p := r.problem(t)
-	require.Equal(t, server.ProblemTypeBase+slug, p["type"])
+	require.Equal(t, wire.ProblemTypeBase+slug, p["type"])
 	return p
 }
 
@@ -536,7 +537,7 @@ func TestMiddleware_EmptyAnswerToGoneClientIsNotStored(t *testing.T) {
 		close(b.release)
 		res := b.do(t, mwReq{path: "/block", principal: "alice", keys: []string{"k"}, body: mwBody})
 		require.Equal(t, http.StatusCreated, res.Status, "body %s", res.Body)
-		require.Empty(t, res.Header.Get(server.HeaderReplayed), "the retry must run the handler, not replay an empty 200")
+		require.Empty(t, res.Header.Get(wire.HeaderReplayed), "the retry must run the handler, not replay an empty 200")
 		require.Equal(t, 1, b.count(t, mwCountEffects))
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idemkit/internal/wire"
 	"math"
 	"net/http"
 	"time"
@@ -74,7 +75,7 @@ func (m *Middleware) answeredByQuota(w http.ResponseWriter, r *http.Request, sco
 	ev.StoreErrors = append(ev.StoreErrors, "quota")
 	ev.Outcome, ev.Status = OutcomeRejected, http.StatusTooManyRequests
 	ev.Err = fmt.Errorf("%w: %d live keys, %d stored bytes", ErrQuotaExceeded, usage.Keys, usage.StoredBytes)
-	writeProblem(w, http.StatusTooManyRequests, ProblemQuotaExceeded,
+	writeProblem(w, http.StatusTooManyRequests, wire.ProblemQuotaExceeded,
 		"This account holds as many idempotency keys or stored responses as the server keeps for it. Retries of keys already used still replay; new keys are accepted again after Retry-After.", retry)
 	return true
 }

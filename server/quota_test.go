@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
 	"net/http"
 	"net/http/httptest"
@@ -22,14 +23,14 @@ func TestQuota_PrincipalKeysBounded(t *testing.T) {
 			require.Equal(t, http.StatusCreated, b.do(t, mwReq{principal: "mallory", keys: []string{"k" + strconv.Itoa(i)}, body: mwBody}).Status)
 		}
 		res := b.do(t, mwReq{principal: "mallory", keys: []string{"k3"}, body: mwBody})
-		res.requireProblem(t, http.StatusTooManyRequests, server.ProblemQuotaExceeded)
+		res.requireProblem(t, http.StatusTooManyRequests, wire.ProblemQuotaExceeded)
 		retry, err := strconv.Atoi(res.Header.Get("Retry-After"))
 		require.NoError(t, err)
 		require.Greater(t, retry, 86000, "until the oldest record leaves the 24 h window")
 		require.Equal(t, 3, b.count(t, mwCountRecords), "nothing stored for the refused key")
 
 		again := b.do(t, mwReq{principal: "mallory", keys: []string{"k0"}, body: mwBody})
-		require.Equal(t, "true", again.Header.Get(server.HeaderReplayed), "an existing key still replays")
+		require.Equal(t, "true", again.Header.Get(wire.HeaderReplayed), "an existing key still replays")
 		require.Equal(t, http.StatusCreated, b.do(t, mwReq{principal: "alice", keys: []string{"k3"}, body: mwBody}).Status)
 		require.EqualValues(t, 4, b.runs.Load())
 	})
@@ -42,7 +43,7 @@ func TestQuota_PrincipalStoredBytesBounded(t *testing.T) {
 		big := `{"pad":"` + strings.Repeat("x", 300) + `"}`
 		require.Equal(t, http.StatusCreated, b.do(t, mwReq{principal: "mallory", keys: []string{"a"}, body: big}).Status)
 		require.Equal(t, http.StatusCreated, b.do(t, mwReq{principal: "mallory", keys: []string{"b"}, body: big}).Status)
-		b.do(t, mwReq{principal: "mallory", keys: []string{"c"}, body: big}).requireProblem(t, http.StatusTooManyRequests, server.ProblemQuotaExceeded)
+		b.do(t, mwReq{principal: "mallory", keys: []string{"c"}, body: big}).requireProblem(t, http.StatusTooManyRequests, wire.ProblemQuotaExceeded)
 		require.EqualValues(t, 2, b.runs.Load())
 	})
 }
@@ -60,7 +61,7 @@ func TestLimitBody_RouteLimitBoundsFingerprint(t *testing.T) {
 	b.srv = srv
 	for _, path := range []string{"/small", "/named"} {
 		b.do(t, mwReq{path: path, principal: "alice", keys: []string{"k" + path}, body: strings.Repeat(" ", 65) + "{}"}).
-			requireProblem(t, http.StatusRequestEntityTooLarge, server.ProblemBodyTooLarge)
+			requireProblem(t, http.StatusRequestEntityTooLarge, wire.ProblemBodyTooLarge)
 		require.Equal(t, http.StatusCreated, b.do(t, mwReq{path: path, principal: "alice", keys: []string{"k" + path}, body: "{}"}).Status)
 	}
 	require.Equal(t, "named", b.eventsCopy()[3].Scope.Endpoint, "Operation and LimitBody compose")
@@ -113,7 +114,7 @@ func TestTransactional_LargeResponseCommitsAtCap(t *testing.T) {
 		require.Len(t, res.Body, 64*512)
 		require.Equal(t, server.StateCompleted, <-stateAfterCap, "committed once the body passed the cap")
 		again := b.do(t, mwReq{path: "/export", principal: "alice", keys: []string{"x"}, body: mwBody})
-		require.Equal(t, "true", again.Header.Get(server.HeaderOmitted))
+		require.Equal(t, "true", again.Header.Get(wire.HeaderOmitted))
 		require.Equal(t, 1, b.count(t, mwCountEffects))
 		require.EqualValues(t, 1, b.runs.Load())
 	})

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"github.com/idemkit/idemkit/internal/wire"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -95,7 +96,7 @@ func TestRouters_ChiRenamedRouteReplays(t *testing.T) {
 	require.Equal(t, http.StatusCreated, first.status)
 	again := send(t, after, "/v1/orders/42/pay", "k-pay")
 	require.Equal(t, http.StatusCreated, again.status)
-	require.Equal(t, "true", again.header.Get(server.HeaderReplayed), "a renamed route replays")
+	require.Equal(t, "true", again.header.Get(wire.HeaderReplayed), "a renamed route replays")
 	require.Equal(t, first.body, again.body)
 
 	other := send(t, after, "/v1/orders/42/refund", "k-pay")
@@ -108,7 +109,7 @@ func TestRouters_ChiRenamedRouteReplays(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, miss.status)
 	hit := send(t, before, "/v1/orders/42/pay", "k-miss")
 	require.Equal(t, http.StatusCreated, hit.status, "body %s", hit.body)
-	require.Empty(t, hit.header.Get(server.HeaderReplayed))
+	require.Empty(t, hit.header.Get(wire.HeaderReplayed))
 	require.EqualValues(t, 2, rr.runs.Load())
 }
 
@@ -128,10 +129,10 @@ func TestRouters_ChiOperationNames(t *testing.T) {
 
 	require.Equal(t, http.StatusCreated, send(t, before, "/v1/orders/42/pay", "k").status)
 	again := send(t, after, "/v1/orders/42/pay", "k")
-	require.Equal(t, "true", again.header.Get(server.HeaderReplayed))
+	require.Equal(t, "true", again.header.Get(wire.HeaderReplayed))
 	refund := send(t, before, "/v1/orders/42/refund", "k")
 	require.Equal(t, http.StatusCreated, refund.status, "another named operation is independent")
-	require.Empty(t, refund.header.Get(server.HeaderReplayed))
+	require.Empty(t, refund.header.Get(wire.HeaderReplayed))
 	require.EqualValues(t, 2, rr.runs.Load())
 }
 
@@ -154,7 +155,7 @@ func TestRouters_ServeMuxRenamedRouteReplays(t *testing.T) {
 
 	require.Equal(t, http.StatusCreated, send(t, wrappedMux, "/v1/orders/7/pay", "k").status)
 	again := send(t, after, "/v1/orders/7/pay", "k")
-	require.Equal(t, "true", again.header.Get(server.HeaderReplayed))
+	require.Equal(t, "true", again.header.Get(wire.HeaderReplayed))
 	require.Equal(t, http.StatusUnprocessableEntity, send(t, after, "/v1/orders/7/refund", "k").status)
 
 	require.Equal(t, http.StatusNotFound, send(t, wrappedMux, "/nowhere", "k2").status)
@@ -188,7 +189,7 @@ func TestRouters_LegacyEndpointRecordsReplayAfterUpgrade(t *testing.T) {
 	require.Equal(t, http.StatusCreated, first.status)
 	again := send(t, route(newMW), "/v1/orders/9/pay", "k-old")
 	require.Equal(t, http.StatusCreated, again.status)
-	require.Equal(t, "true", again.header.Get(server.HeaderReplayed), "the old-scope record answers")
+	require.Equal(t, "true", again.header.Get(wire.HeaderReplayed), "the old-scope record answers")
 	require.EqualValues(t, 1, rr.runs.Load())
 	// New keys get the new scope.
 	require.Equal(t, http.StatusCreated, send(t, route(newMW), "/v1/orders/9/pay", "k-new").status)

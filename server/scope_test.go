@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
 	"net/http"
 	"net/http/httptest"
@@ -54,8 +55,8 @@ func TestScope_InvalidPrincipalOrEndpointRejectedBeforeStore(t *testing.T) {
 		s, srv, runs := scopeRig(t, kind, mode)
 		long := strings.Repeat("p", server.MaxScopePartBytes+1)
 		for _, bad := range []string{"acct\x00evil", "acct\xff", long, "acct\x1b"} {
-			postScoped(t, srv, bad, "").requireProblem(t, http.StatusUnauthorized, server.ProblemPrincipalInvalid)
-			postScoped(t, srv, "acct_1", bad).requireProblem(t, http.StatusBadRequest, server.ProblemEndpointInvalid)
+			postScoped(t, srv, bad, "").requireProblem(t, http.StatusUnauthorized, wire.ProblemPrincipalInvalid)
+			postScoped(t, srv, "acct_1", bad).requireProblem(t, http.StatusBadRequest, wire.ProblemEndpointInvalid)
 		}
 		require.Zero(t, runs.Load())
 		require.Zero(t, s.count(t, mwCountRecords))
@@ -112,7 +113,7 @@ func TestOutcome_NotStoredResponsesFreeTheKey(t *testing.T) {
 			key := "k" + string(rune('a'+i))
 			res := b.do(t, mwReq{principal: "alice", keys: []string{key}, body: mwBody})
 			require.NotEqual(t, http.StatusCreated, res.Status)
-			require.Empty(t, res.Header.Get(server.HeaderReplayed))
+			require.Empty(t, res.Header.Get(wire.HeaderReplayed))
 			res = b.do(t, mwReq{principal: "alice", keys: []string{key}, body: mwBody})
 			require.Equal(t, http.StatusCreated, res.Status, "case %d: the retry runs the handler", i)
 		}

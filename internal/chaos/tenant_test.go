@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/idemkit/idemkit/internal/wire"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -89,7 +90,7 @@ func TestTenantIsolation(t *testing.T) {
 						for {
 							p.r, p.err = post(ctx, url, p.principal, p.key, "application/json", p.body)
 							if p.err != nil || p.r.status != http.StatusServiceUnavailable ||
-								!strings.Contains(string(p.r.body), server.ProblemTypeBase+server.ProblemStoreBusy) {
+								!strings.Contains(string(p.r.body), wire.ProblemTypeBase+wire.ProblemStoreBusy) {
 								break
 							}
 							// Busy for everyone alike: it tells nothing about

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idemkit/internal/migrate"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/internal/sqlstore"
 )
@@ -214,7 +215,7 @@ const (
     name       text        NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
 )`
-	selectMigrations = `SELECT version FROM idempotency_migrations`
+	currentMigration = `SELECT coalesce(max(version), 0) FROM idempotency_migrations`
 	insertMigration  = `INSERT INTO idempotency_migrations (version, name) VALUES ($1, $2)`
 )
 
@@ -222,13 +223,13 @@ const (
 // have yet, in one transaction, and records them in the table
 // idempotency_migrations. It is idempotent, and safe when several processes
 // call it at once: a transaction-scoped advisory lock (per schema) makes them
-// take turns.
+// take turns. It refuses a schema migrated by a newer release.
 func (s *Store) Migrate(ctx context.Context) error {
-	ms, err := sqlstore.LoadMigrations(migrations, "migrations")
+	ms, err := migrate.Load(migrations, "migrations")
 	if err != nil {
 		return err
 	}
-	if err := sqlstore.Migrate(ctx, &migrationTarget{pool: s.pool}, ms); err != nil {
+	if _, err := migrate.Run(ctx, &migrationTarget{pool: s.pool}, ms); err != nil {
 		return fmt.Errorf("idemkit/server: migrate PostgreSQL: %w", err)
 	}
 	return nil
@@ -241,33 +242,29 @@ type migrationTarget struct {
 	tx   pgx.Tx
 }
 
-func (t *migrationTarget) Lock(ctx context.Context) (map[int]bool, error) {
+func (t *migrationTarget) Lock(ctx context.Context) (int, error) {
 	tx, err := t.pool.Begin(ctx)
 	if err != nil {
-		return nil, interpretError(err)
+		return 0, interpretError(err)
 	}
 	t.tx = tx
-	for _, q := range []string{migrateLock, createMigrationsTable} {
-		if _, err := tx.Exec(ctx, q); err != nil {
-			return nil, interpretError(err)
+	var current int
+	err = func() error {
+		for _, q := range []string{migrateLock, createMigrationsTable} {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return err
+			}
 		}
-	}
-	rows, err := tx.Query(ctx, selectMigrations)
+		return tx.QueryRow(ctx, currentMigration).Scan(&current)
+	}()
 	if err != nil {
-		return nil, interpretError(err)
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return 0, interpretError(err)
 	}
-	versions, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	if err != nil {
-		return nil, interpretError(err)
-	}
-	applied := make(map[int]bool, len(versions))
-	for _, v := range versions {
-		applied[int(v)] = true
-	}
-	return applied, nil
+	return current, nil
 }
 
-func (t *migrationTarget) Apply(ctx context.Context, m sqlstore.Migration) error {
+func (t *migrationTarget) Apply(ctx context.Context, m migrate.Migration) error {
 	if _, err := t.tx.Exec(ctx, m.SQL); err != nil {
 		return fmt.Errorf("apply %s: %w", m.Name, interpretError(err))
 	}
@@ -278,9 +275,6 @@ func (t *migrationTarget) Apply(ctx context.Context, m sqlstore.Migration) error
 }
 
 func (t *migrationTarget) Unlock(ctx context.Context, err error) error {
-	if t.tx == nil {
-		return nil
-	}
 	if err != nil {
 		_ = t.tx.Rollback(context.WithoutCancel(ctx))
 		return nil

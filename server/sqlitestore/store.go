@@ -27,6 +27,7 @@ import (
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver used by Open
 
+	"github.com/idemkit/idemkit/internal/migrate"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/internal/sqlstore"
 )
@@ -231,91 +232,19 @@ func (s *Store) DB() *sql.DB { return s.db }
 //go:embed migrations/*.sql
 var migrations embed.FS
 
-const (
-	createMigrationsTable = `CREATE TABLE IF NOT EXISTS idempotency_migrations (
-    version    INTEGER PRIMARY KEY,
-    name       TEXT    NOT NULL,
-    applied_at TEXT    NOT NULL
-) STRICT`
-	selectMigrations = `SELECT version FROM idempotency_migrations`
-	insertMigration  = `INSERT INTO idempotency_migrations (version, name, applied_at) VALUES (?, ?, ?)`
-)
-
 // Migrate applies the embedded schema migrations that the database does not
 // have yet, in one IMMEDIATE transaction, and records them in the table
 // idempotency_migrations. It is idempotent, and safe when several processes
 // call it at once: the transaction holds SQLite's write lock, so the others
 // wait (up to the connection's busy_timeout) and then find nothing to do.
+// It refuses a database migrated by a newer release.
 func (s *Store) Migrate(ctx context.Context) error {
-	ms, err := sqlstore.LoadMigrations(migrations, "migrations")
+	ms, err := migrate.Load(migrations, "migrations")
 	if err != nil {
 		return err
 	}
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
+	if _, err := migrate.Run(ctx, migrate.SQLTarget(s.db, "idempotency_migrations", time.Now), ms); err != nil {
 		return fmt.Errorf("idemkit/server: migrate SQLite: %w", interpretError(err))
-	}
-	defer conn.Close()
-	if err := sqlstore.Migrate(ctx, &migrationTarget{conn: conn}, ms); err != nil {
-		return fmt.Errorf("idemkit/server: migrate SQLite: %w", err)
-	}
-	return nil
-}
-
-// migrationTarget is the database as the migration runner sees it: one
-// IMMEDIATE transaction on conn.
-type migrationTarget struct {
-	conn  *sql.Conn
-	begun bool
-}
-
-func (t *migrationTarget) Lock(ctx context.Context) (map[int]bool, error) {
-	if _, err := t.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return nil, fmt.Errorf("begin: %w", interpretError(err))
-	}
-	t.begun = true
-	if _, err := t.conn.ExecContext(ctx, createMigrationsTable); err != nil {
-		return nil, interpretError(err)
-	}
-	rows, err := t.conn.QueryContext(ctx, selectMigrations)
-	if err != nil {
-		return nil, interpretError(err)
-	}
-	defer rows.Close()
-	applied := make(map[int]bool)
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			return nil, interpretError(err)
-		}
-		applied[v] = true
-	}
-	if err := rows.Err(); err != nil {
-		return nil, interpretError(err)
-	}
-	return applied, nil
-}
-
-func (t *migrationTarget) Apply(ctx context.Context, m sqlstore.Migration) error {
-	if _, err := t.conn.ExecContext(ctx, m.SQL); err != nil {
-		return fmt.Errorf("apply %s: %w", m.Name, interpretError(err))
-	}
-	if _, err := t.conn.ExecContext(ctx, insertMigration, m.Version, m.Name, formatTime(time.Now())); err != nil {
-		return fmt.Errorf("record %s: %w", m.Name, interpretError(err))
-	}
-	return nil
-}
-
-func (t *migrationTarget) Unlock(ctx context.Context, err error) error {
-	if !t.begun {
-		return nil
-	}
-	if err != nil {
-		_, _ = t.conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
-		return nil
-	}
-	if _, err := t.conn.ExecContext(ctx, "COMMIT"); err != nil {
-		return fmt.Errorf("commit: %w", interpretError(err))
 	}
 	return nil
 }
