@@ -374,72 +374,9 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 	m.acquired(ev, res)
 	hctx, cancelHandler := context.WithCancelCause(ctx)
 	defer cancelHandler(nil)
-	r = r.WithContext(context.WithValue(hctx, ctxKeyAttempt, attemptOf(res)))
 	l := m.startLease(cleanup, ev, res.Token, t0, cancelHandler)
-	defer l.stop()
-
-	rec := newRecorder(w, m.cfg.MaxResponseBytes)
-	rec.overflowFunc = func() bool {
-		status, _ := rec.result()
-		if !m.stores(r, status) {
-			return false // keep buffering; the claim will be released
-		}
-		ev.Err = l.complete(cleanup, r, m.storedResponse(rec, true))
-		return true
-	}
-	handlerStart := time.Now()
-	pv, panicked := runHandler(next, rec, r)
-	m.durations.observe(routeKey(r, scope), time.Since(handlerStart))
-
-	if panicked {
-		if rec.streaming {
-			// The status and part of the body are out and the record says
-			// completed: all that is left is to cut the response short.
-			m.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idemkit: handler panicked after its response started streaming",
-				scopeAttrs(scope, slog.Any("panic", pv))...)
-			panic(http.ErrAbortHandler)
-		}
-		l.stop()
-		m.release(cleanup, r, ev, res.Token)
-		m.panicked(w, r, ev, pv)
-		return
-	}
-	if !rec.wrote() && ctx.Err() != nil {
-		// The handler gave up on a client that is gone and answered nothing:
-		// no outcome to store. Storing an empty 200 would replay success to
-		// the retry; free the key so that the retry runs the handler.
-		l.stop()
-		m.release(cleanup, r, ev, res.Token)
-		m.canceledInHandler(w, r, ev, ctx.Err())
-		return
-	}
-	if lost := l.lostErr(); lost != nil && !rec.wrote() {
-		// The handler stopped because its lease was lost: whatever it did
-		// is unknown, and the claim is (or will be) another attempt's, which
-		// is told so. Store nothing and release nothing.
-		l.stop()
-		m.outcomeUnknown(w, r, ev, lost, "The request's claim was lost while it was being processed, so its outcome is unknown. Retry with the same Idempotency-Key: the retry reconciles and answers the outcome.")
-		return
-	}
-	status, _ := rec.result()
-	ev.Status = status
-	if rec.streaming {
-		ev.Outcome = OutcomeExecuted
-		return
-	}
-	if !m.stores(r, status) {
-		l.stop()
-		m.release(cleanup, r, ev, res.Token)
-		ev.Outcome = OutcomeReleased
-		if status < 500 {
-			ev.Outcome = OutcomeNotStored
-		}
-		rec.send(nil)
-		return
-	}
-	ev.Err = l.complete(cleanup, r, m.storedResponse(rec, rec.overflowed))
-	ev.Outcome = OutcomeExecuted
-	rec.send(nil)
+	defer l.end()
+	m.runHeld(w, r.WithContext(context.WithValue(hctx, ctxKeyAttempt, attemptOf(res))), ctx, next, l, ev)
 }
 
 // release frees a lease-mode claim after a 5xx or a panic.
@@ -472,7 +409,6 @@ func (m *Middleware) outcomeUnknown(w http.ResponseWriter, r *http.Request, ev *
 
 func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fp []byte, version int, ev *Event) {
 	ctx := r.Context()
-	cleanup := context.WithoutCancel(ctx)
 	// Fast path for replays: a completed record never changes until it
 	// expires, so a plain read answers a duplicate without a transaction (and,
 	// on SQLite, without waiting for the single writer). Absence proves
@@ -491,15 +427,8 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 		m.storeFailure(w, r, ev, "begin", err)
 		return
 	}
-	rollback := func() {
-		rbCtx, cancel := context.WithTimeout(cleanup, m.cfg.StoreTimeout)
-		defer cancel()
-		if err := tx.Rollback(rbCtx); err != nil {
-			m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemkit: rollback failed; the database ends the transaction when the connection closes",
-				scopeAttrs(scope, slog.Any("error", err))...)
-		}
-	}
-	defer rollback() // a no-op after Commit or Rollback
+	t := &txClaim{m: m, ctx: context.WithoutCancel(ctx), tx: tx, ev: ev}
+	defer t.end() // a no-op after Commit or Rollback
 	req := m.claimRequest(scope, fp, version, m.cfg.LockTimeout)
 	t0 := time.Now()
 	claimCtx, cancelClaim := context.WithTimeout(ctx, m.cfg.StoreTimeout)
@@ -507,99 +436,19 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 	cancelClaim()
 	ev.ClaimDuration = time.Since(t0)
 	if err != nil {
-		rollback()
+		t.end()
 		m.storeFailure(w, r, ev, "claim", err)
 		return
 	}
 	if !res.Acquired {
-		rollback()
+		t.end()
 		m.answerExisting(w, r, res.Existing, fp, version, ev)
 		return
 	}
 	m.acquired(ev, res)
-
-	rec := newRecorder(w, m.cfg.MaxResponseBytes)
-	// A body over MaxResponseBytes is not stored, so buffering it buys
-	// nothing: the transaction commits (the outcome without the body) as
-	// soon as the body grows past the cap, and the rest streams. Write the
-	// response after the effect: the transaction is closed from then on.
-	var earlyErr error
-	rec.overflowFunc = func() bool {
-		status, _ := rec.result()
-		if !m.stores(r, status) {
-			return false
-		}
-		endCtx, cancelEnd := context.WithTimeout(cleanup, m.cfg.StoreTimeout)
-		defer cancelEnd()
-		earlyErr = tx.Complete(endCtx, scope, res.Token, m.now(), m.storedResponse(rec, true))
-		if earlyErr == nil {
-			earlyErr = tx.Commit(endCtx)
-		}
-		return earlyErr == nil
-	}
+	t.token = res.Token
 	hctx := context.WithValue(context.WithValue(ctx, ctxKeyTx, tx.Handle()), ctxKeyAttempt, attemptOf(res))
-	r = r.WithContext(hctx)
-	pv, panicked := runHandler(next, rec, r)
-	if panicked {
-		rollback()
-		ev.Released = true
-		m.panicked(w, r, ev, pv)
-		return
-	}
-	if !rec.wrote() && ctx.Err() != nil {
-		// As in lease mode: nothing answered to a gone client is no outcome;
-		// roll back so that the retry runs the handler.
-		rollback()
-		ev.Released = true
-		m.canceledInHandler(w, r, ev, ctx.Err())
-		return
-	}
-	status, _ := rec.result()
-	if rec.streaming {
-		ev.Outcome, ev.Status = OutcomeExecuted, status // committed at the overflow
-		return
-	}
-	if !m.stores(r, status) {
-		rollback()
-		ev.Released = true
-		ev.Outcome, ev.Status = OutcomeReleased, status
-		if status < 500 {
-			ev.Outcome = OutcomeNotStored
-		}
-		rec.send(nil)
-		return
-	}
-	endCtx, cancelEnd := context.WithTimeout(cleanup, m.cfg.StoreTimeout)
-	defer cancelEnd()
-	op := "commit"
-	if err = earlyErr; err == nil {
-		op = "complete"
-		err = tx.Complete(endCtx, scope, res.Token, m.now(), m.storedResponse(rec, rec.overflowed))
-		if err == nil {
-			op = "commit"
-			err = tx.Commit(endCtx)
-		}
-	}
-	if err != nil {
-		rollback()
-		ev.StoreErrors = append(ev.StoreErrors, op)
-		if errors.Is(err, ErrOutcomeUnknown) {
-			m.commitUnknown(w, r, rec, scope, res.Token, ev, err)
-			return
-		}
-		m.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idemkit: transaction failed after the handler ran; its effect was rolled back",
-			scopeAttrs(scope, slog.String("op", op), slog.Any("error", err))...)
-		ev.Outcome, ev.Status, ev.Err = OutcomeStoreError, http.StatusServiceUnavailable, err
-		slug := wire.ProblemStoreUnavailable
-		if errors.Is(err, ErrStoreBusy) {
-			slug = wire.ProblemStoreBusy
-		}
-		writeProblem(w, http.StatusServiceUnavailable, slug,
-			"The result could not be committed, so nothing was applied. Retry with the same Idempotency-Key.", 1)
-		return
-	}
-	ev.Outcome, ev.Status = OutcomeExecuted, status
-	rec.send(nil)
+	m.runHeld(w, r.WithContext(hctx), ctx, next, t, ev)
 }
 
 // commitUnknown answers a transactional request whose COMMIT was sent but
@@ -662,7 +511,7 @@ func (m *Middleware) canceledInHandler(w http.ResponseWriter, r *http.Request, e
 	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelDebug, "idemkit: handler answered nothing to a canceled request; claim released",
 		scopeAttrs(ev.Scope, slog.Any("error", err))...)
 	writeProblem(w, http.StatusServiceUnavailable, wire.ProblemCanceled,
-		"The request was canceled before it was processed; nothing was applied. Retry with the same Idempotency-Key.", 1)
+		detailCanceled, 1)
 }
 
 // answerExisting answers a request whose claim found a live record.
@@ -687,7 +536,7 @@ func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, ex *
 	}
 	ev.Outcome, ev.Status, ev.Err = OutcomeInFlight, http.StatusConflict, ErrInFlight
 	writeProblem(w, http.StatusConflict, wire.ProblemInFlight,
-		"A request with this Idempotency-Key is still being processed. Retry after the delay in Retry-After.", m.inFlightRetryAfter(r, ev.Scope, ex))
+		detailInFlight, m.inFlightRetryAfter(r, ev.Scope, ex))
 }
 
 func (m *Middleware) replay(w http.ResponseWriter, resp *StoredResponse, ev *Event) {
@@ -737,7 +586,7 @@ func (m *Middleware) storeFailure(w http.ResponseWriter, r *http.Request, ev *Ev
 		// call waited: not a store failure, and nothing to page anyone for.
 		ev.Outcome, ev.Status = OutcomeCanceled, http.StatusServiceUnavailable
 		writeProblem(w, http.StatusServiceUnavailable, wire.ProblemCanceled,
-			"The request was canceled before it was processed; nothing was applied. Retry with the same Idempotency-Key.", 1)
+			detailCanceled, 1)
 		m.cfg.Logger.LogAttrs(r.Context(), slog.LevelDebug, "idemkit: request canceled before its claim",
 			scopeAttrs(ev.Scope, slog.String("op", op), slog.Any("error", err))...)
 		return
@@ -746,7 +595,7 @@ func (m *Middleware) storeFailure(w http.ResponseWriter, r *http.Request, ev *Ev
 	case errors.Is(err, ErrInFlight):
 		ev.Outcome, ev.Status = OutcomeInFlight, http.StatusConflict
 		writeProblem(w, http.StatusConflict, wire.ProblemInFlight,
-			"A request with this Idempotency-Key is still being processed. Retry after the delay in Retry-After.", 1)
+			detailInFlight, 1)
 		return
 	case errors.Is(err, ErrStoreBusy):
 		ev.StoreErrors = append(ev.StoreErrors, op)
