@@ -84,17 +84,6 @@ func BenchmarkMiddleware(b *testing.B) {
 	}
 }
 
-func BenchmarkCanonicalJSON(b *testing.B) {
-	in := []byte(`{"currency":"EUR","amount":4000,"metadata":{"order":"ord_123","items":[1,2,3.50,"x"]},"description":"caf\u00e9"}`)
-	b.ReportAllocs()
-	b.SetBytes(int64(len(in)))
-	for b.Loop() {
-		if _, err := server.CanonicalJSON(in); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 func BenchmarkParseKey(b *testing.B) {
 	h := []string{"8e03978e-40d5-43e8-bc93-6894a57f9324"}
 	b.ReportAllocs()

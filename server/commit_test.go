@@ -87,7 +87,7 @@ func mwPost(t *testing.T, srv *httptest.Server, path string, header map[string]s
 // answers outcome-unknown; a retry with the same key replays.
 func TestTransactionalCommit_LostAnswerIsNotReportedAsRollback(t *testing.T) {
 	t.Parallel()
-	rig := newTxProxyRig(t, server.StoreTimeoutDefault, func(pg *proxiedPostgres) { pg.proxy.DropNextCommitReply() })
+	rig := newTxProxyRig(t, 5*time.Second, func(pg *proxiedPostgres) { pg.proxy.DropNextCommitReply() })
 
 	first := rig.post(t, "commit-1")
 	require.Equal(t, 1, rig.pg.proxy.CommitRepliesDropped(), "the proxy dropped the COMMIT's answer")

@@ -181,7 +181,7 @@ func TestMiddleware_HeartbeatKeepsLease(t *testing.T) {
 			done <- res
 		}()
 		mwRecv(t, b.started)
-		sc := server.Scope{Principal: "alice", Endpoint: server.EndpointAny, Key: "k"}
+		sc := server.Scope{Principal: "alice", Endpoint: "*", Key: "k"}
 		rec, err := b.store.Get(ctx, sc, b.clock.Now())
 		require.NoError(t, err)
 		first := rec.LockedUntil
@@ -314,7 +314,7 @@ func TestMiddleware_NothingSentBeforeStored(t *testing.T) {
 
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		sc := server.Scope{Principal: "alice", Endpoint: server.EndpointAny, Key: "k"}
+		sc := server.Scope{Principal: "alice", Endpoint: "*", Key: "k"}
 		stateAtFirstByte := make(chan server.State, 1)
 		trace := &httptrace.ClientTrace{GotFirstResponseByte: func() {
 			rec, err := b.store.Get(ctx, sc, b.clock.Now())

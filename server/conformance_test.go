@@ -41,7 +41,7 @@ func TestOutcome_FirstRequestRunsHandler(t *testing.T) {
 		require.Len(t, ev, 1)
 		require.Equal(t, server.OutcomeExecuted, ev[0].Outcome)
 		require.Equal(t, http.StatusCreated, ev[0].Status)
-		require.Equal(t, server.Scope{Principal: "alice", Endpoint: server.EndpointAny, Key: "k1"}, ev[0].Scope, "keys belong to the principal by default")
+		require.Equal(t, server.Scope{Principal: "alice", Endpoint: "*", Key: "k1"}, ev[0].Scope, "keys belong to the principal by default")
 		require.EqualValues(t, 1, ev[0].Token)
 		require.NoError(t, ev[0].Err)
 	})
@@ -171,7 +171,7 @@ func TestOutcome_DifferentRequestIs422(t *testing.T) {
 		require.EqualValues(t, 1, b.runs.Load())
 		for _, e := range b.eventsCopy()[1:] {
 			require.Equal(t, server.OutcomeMismatch, e.Outcome)
-			require.ErrorIs(t, e.Err, server.ErrFingerprintMismatch)
+			require.ErrorIs(t, e.Err, server.ErrFingerprintMismatchForTest)
 		}
 	})
 }
@@ -188,7 +188,7 @@ func TestOutcome_MissingKey(t *testing.T) {
 		ev := b.eventsCopy()
 		require.Len(t, ev, 1)
 		require.Equal(t, server.OutcomeRejected, ev[0].Outcome)
-		require.ErrorIs(t, ev[0].Err, server.ErrKeyMissing)
+		require.ErrorIs(t, ev[0].Err, server.ErrKeyMissingForTest)
 
 		// With AllowMissingKey the request passes straight through.
 		b2 := mwSetup(t, kind, server.ModeTransactional, func(c *server.Config) { c.AllowMissingKey = true })
@@ -200,7 +200,7 @@ func TestOutcome_MissingKey(t *testing.T) {
 		}
 		require.EqualValues(t, 2, b2.runs.Load())
 		require.Equal(t, 0, b2.count(t, mwCountRecords))
-		require.Equal(t, server.OutcomePassThrough, b2.eventsCopy()[0].Outcome)
+		require.Empty(t, b2.eventsCopy(), "an unkeyed request is not a keyed request: no event")
 		// An invalid key is still refused.
 		b2.do(t, mwReq{principal: "alice", keys: []string{""}, body: mwBody}).requireProblem(t, http.StatusBadRequest, wire.ProblemKeyInvalid)
 	})
@@ -258,7 +258,7 @@ func TestOutcome_NoPrincipalIs401(t *testing.T) {
 		require.EqualValues(t, 0, b.runs.Load())
 		ev := b.eventsCopy()
 		require.Len(t, ev, 1)
-		require.ErrorIs(t, ev[0].Err, server.ErrUnauthenticated)
+		require.ErrorIs(t, ev[0].Err, server.ErrUnauthenticatedForTest)
 		require.Equal(t, server.OutcomeRejected, ev[0].Outcome)
 
 		// An empty principal is no principal: it would pool every caller.
@@ -418,7 +418,7 @@ func TestOutcome_EndpointScope(t *testing.T) {
 		b.do(t, mwReq{path: "/refunds", principal: "alice", keys: []string{"k"}, body: mwBody}).requireProblem(t, http.StatusUnprocessableEntity, wire.ProblemKeyReused)
 		require.Equal(t, http.StatusCreated, b.do(t, mwReq{method: http.MethodPut, path: "/items/1", principal: "alice", keys: []string{"i"}, body: mwBody}).Status)
 		b.do(t, mwReq{method: http.MethodPut, path: "/items/2", principal: "alice", keys: []string{"i"}, body: mwBody}).requireProblem(t, http.StatusUnprocessableEntity, wire.ProblemKeyReused)
-		require.Equal(t, server.EndpointAny, b.eventsCopy()[0].Scope.Endpoint)
+		require.Equal(t, "*", b.eventsCopy()[0].Scope.Endpoint)
 		require.EqualValues(t, 2, b.runs.Load())
 
 		// Explicit operation names scope keys per operation.

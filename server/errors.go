@@ -23,29 +23,23 @@ var (
 	// the handler does not run (fail closed).
 	ErrStoreUnavailable = errors.New("idemkit/server: store unavailable")
 	// ErrKeyMissing: a protected route got no Idempotency-Key. HTTP: 400.
-	ErrKeyMissing = wire.ErrKeyMissing
+	errKeyMissing = wire.ErrKeyMissing
 	// ErrKeyInvalid: the key is empty, too long, has control characters, or
 	// the header is repeated. HTTP: 400. Event.Err carries the reason.
-	ErrKeyInvalid = wire.ErrKeyInvalid
+	errKeyInvalid = wire.ErrKeyInvalid
 	// ErrFingerprintMismatch: the key was used before with a different
 	// request. HTTP: 422.
-	ErrFingerprintMismatch = errors.New("idemkit/server: idempotency key reused with a different request")
+	errFingerprintMismatch = errors.New("idemkit/server: idempotency key reused with a different request")
 	// ErrBodyTooLarge: the request body is larger than the fingerprint limit.
 	// HTTP: 413.
-	ErrBodyTooLarge = errors.New("idemkit/server: request body too large to fingerprint")
-	// ErrUnauthenticated wraps the error of Config.PrincipalFunc. HTTP: 401.
-	ErrUnauthenticated = errors.New("idemkit/server: no principal")
-	// ErrScopeInvalid means a principal or an endpoint cannot be part of a
-	// scope: empty, longer than MaxScopePartBytes, invalid UTF-8 or with
+	errBodyTooLarge = errors.New("idemkit/server: request body too large to fingerprint")
+	// errUnauthenticated wraps the error of Config.PrincipalFunc. HTTP: 401.
+	errUnauthenticated = errors.New("idemkit/server: no principal")
+	// errScopeInvalid means a principal or an endpoint cannot be part of a
+	// scope: empty, longer than maxScopePartBytes, invalid UTF-8 or with
 	// control characters (NUL among them). HTTP: 401 principal-invalid, or
 	// 400 endpoint-invalid; the store is never asked.
-	ErrScopeInvalid = errors.New("idemkit/server: invalid principal or endpoint")
-	// ErrStoreReplaced means the SQLite database file was replaced,
-	// restored or deleted under a running SQLiteStore: its connections still
-	// use the old file, so every operation fails closed with an error
-	// wrapping ErrStoreReplaced and ErrStoreUnavailable (HTTP: 503) until the
-	// process reopens the database.
-	ErrStoreReplaced = errors.New("idemkit/server: SQLite database file replaced under the running store")
+	errScopeInvalid = errors.New("idemkit/server: invalid principal or endpoint")
 	// ErrStoreFull means the store had no room for a write: SQLite's disk or
 	// max_page_count is full, or a value is over the database's size limit
 	// (SQLite SQLITE_FULL, SQLITE_TOOBIG; PostgreSQL 53100 disk_full, 54000

@@ -158,27 +158,6 @@ func ExampleModeTransactional() {
 	// payments: 1
 }
 
-func ExampleCanonicalJSON() {
-	for _, in := range []string{
-		`{"currency": "EUR", "amount": 4000.0}`,
-		`{"amount":4e3,"currency":"EUR"}`,
-		`{"n": 123456789012345678901234567890, "f": 0.10}`,
-	} {
-		out, err := server.CanonicalJSON([]byte(in))
-		if err != nil {
-			log.Fatal(err)
-		}
-		fmt.Println(string(out))
-	}
-	_, err := server.CanonicalJSON([]byte(`{"a":1,"a":2}`))
-	fmt.Println(errors.Is(err, server.ErrNotCanonicalizable))
-	// Output:
-	// {"amount":4000,"currency":"EUR"}
-	// {"amount":4000,"currency":"EUR"}
-	// {"f":0.1,"n":1.2345678901234567890123456789e+29}
-	// true
-}
-
 // OnEventFunc sees one Event per keyed request: log it, count it, trace it.
 func ExampleConfig_onEventFunc() {
 	ctx := context.Background()

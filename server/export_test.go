@@ -14,8 +14,12 @@ func ReplayHeadersOf(m *Middleware) map[string]bool { return m.replayHeaders }
 // SetTimeNowFunc makes m read the time from now.
 func SetTimeNowFunc(m *Middleware, now func() time.Time) { m.timeNowFunc = now }
 
-// StartSweeperWithClock is StartSweeper with an injected clock.
-var StartSweeperWithClock = startSweeper
+// Internals the external tests assert on.
+var (
+	ErrFingerprintMismatchForTest = errFingerprintMismatch
+	ErrKeyMissingForTest          = errKeyMissing
+	ErrUnauthenticatedForTest     = errUnauthenticated
+)
 
-// SweeperDone is closed once the sweeper's goroutine has exited.
-func SweeperDone(s *Sweeper) <-chan struct{} { return s.done }
+// MaxScopePartBytesForTest bounds a principal or an endpoint.
+const MaxScopePartBytesForTest = maxScopePartBytes

@@ -108,9 +108,6 @@ func (m *Middleware) runHeld(w http.ResponseWriter, r *http.Request, reqCtx cont
 	if !m.stores(r, status) {
 		held.abandon(cleanup, r)
 		ev.Outcome = OutcomeReleased
-		if status < 500 {
-			ev.Outcome = OutcomeNotStored
-		}
 		rec.send(nil)
 		return
 	}

@@ -22,27 +22,22 @@ const (
 	OutcomeExecuted Outcome = "executed"
 	// OutcomeReplayed: a stored response was sent; the handler did not run.
 	OutcomeReplayed Outcome = "replayed"
-	// OutcomeInFlight: 409, another attempt with the key is in progress.
-	OutcomeInFlight Outcome = "conflict"
+	// OutcomeConflict: 409, another attempt with the key is in progress.
+	OutcomeConflict Outcome = "conflict"
 	// OutcomeMismatch: 422, the key was used with a different request.
 	OutcomeMismatch Outcome = "mismatch"
-	// OutcomeRejected: 400, 401 or 413 before any claim.
+	// OutcomeRejected: 400, 401, 413 or 429 (a quota) before any claim.
 	OutcomeRejected Outcome = "rejected"
-	// OutcomeReleased: the handler answered 5xx or panicked; the claim was
-	// released (or rolled back) and nothing was stored.
+	// OutcomeReleased: the handler ran, its response was sent and nothing
+	// was stored: the claim was released (or rolled back), so a retry runs
+	// the handler again. The handler answered 5xx or panicked (Status 500),
+	// or its response is one the middleware does not store: a status that
+	// says nothing happened yet (404, 405, 408, 409, 425, 429), or one the
+	// handler marked with MarkNotStored.
 	OutcomeReleased Outcome = "released"
-	// OutcomeNotStored: the handler's response is one the middleware does
-	// not store (see Middleware.stores: a status that says nothing
-	// happened yet, or one the handler marked with MarkNotStored). It was
-	// sent; the claim was released (or rolled back), so a retry runs the
-	// handler again.
-	OutcomeNotStored Outcome = "not_stored"
 	// OutcomeStoreError: 503, the store failed; the handler did not run, or
 	// (transactional mode) its effect was rolled back.
 	OutcomeStoreError Outcome = "store_error"
-	// OutcomePassThrough: no key and Config.AllowMissingKey; the handler ran
-	// unprotected.
-	OutcomePassThrough Outcome = "pass_through"
 	// OutcomeUnknown: 503 outcome-unknown; the middleware cannot tell
 	// whether the result was applied or stored (a COMMIT whose answer was
 	// lost, a lease lost while the handler ran). A retry with the same key
@@ -60,7 +55,7 @@ type Event struct {
 	// was known.
 	Scope   Scope
 	Outcome Outcome
-	// Status is the status sent to the client (0 for OutcomePassThrough).
+	// Status is the status sent to the client.
 	Status int
 	// Token is the fencing token of the claim the handler ran under.
 	Token int64
@@ -99,7 +94,7 @@ type Middleware struct {
 	replayHeaders map[string]bool
 	timeNowFunc   func() time.Time
 	durations     durations
-	usage         UsageReporter // set when quotas are on
+	usage         usageReporter // set when quotas are on
 }
 
 // New returns a Middleware over store, configured by cfg with defaults
@@ -113,11 +108,11 @@ func New(store Store, cfg *Config) (*Middleware, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	var usage UsageReporter
+	var usage usageReporter
 	if c.MaxKeysPerPrincipal > 0 || c.MaxStoredBytesPerPrincipal > 0 {
-		u, ok := store.(UsageReporter)
+		u, ok := store.(usageReporter)
 		if !ok {
-			return nil, fmt.Errorf("idemkit/server: invalid config: per-principal quotas need a store that implements UsageReporter; %T does not", store)
+			return nil, fmt.Errorf("idemkit/server: invalid config: per-principal quotas need a store with the method PrincipalUsage(ctx context.Context, principal string, now time.Time) (server.PrincipalUsage, error); %T has none", store)
 		}
 		usage = u
 	}
@@ -189,7 +184,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 }
 
 // endpoint returns the endpoint part of r's scope: the route's operation
-// name, Config.EndpointFunc's name, or EndpointAny.
+// name, Config.EndpointFunc's name, or endpointAny.
 func (m *Middleware) endpoint(r *http.Request, route routeOptions) string {
 	if route.name != "" {
 		return route.name
@@ -199,23 +194,24 @@ func (m *Middleware) endpoint(r *http.Request, route routeOptions) string {
 			return name
 		}
 	}
-	return EndpointAny
+	return endpointAny
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, route routeOptions) {
 	start := time.Now()
 	ev := Event{}
+	noEvent := false
 	defer func() {
 		// Runs on every return, and on the re-panic of http.ErrAbortHandler.
 		ev.Duration = time.Since(start)
-		if m.cfg.OnEventFunc != nil {
+		if m.cfg.OnEventFunc != nil && !noEvent {
 			m.cfg.OnEventFunc(r, ev)
 		}
 	}()
 
 	key, keyErr := wire.ParseKey(r.Header.Values(HeaderKey))
-	if keyErr != nil && errors.Is(keyErr, ErrKeyMissing) && m.cfg.AllowMissingKey {
-		ev.Outcome = OutcomePassThrough
+	if keyErr != nil && errors.Is(keyErr, errKeyMissing) && m.cfg.AllowMissingKey {
+		noEvent = true // not a keyed request
 		next.ServeHTTP(w, r)
 		return
 	}
@@ -226,19 +222,19 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		err = errors.New("PrincipalFunc returned an empty principal")
 	}
 	if err != nil {
-		ev.Err = fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+		ev.Err = fmt.Errorf("%w: %w", errUnauthenticated, err)
 		m.reject(w, &ev, http.StatusUnauthorized, wire.ProblemUnauthenticated, "The request has no authenticated principal, so its Idempotency-Key cannot be scoped.")
 		return
 	}
 	if err := validScopePart("principal", principal); err != nil {
-		ev.Err = fmt.Errorf("%w: %w: %w", ErrUnauthenticated, ErrScopeInvalid, err)
+		ev.Err = fmt.Errorf("%w: %w: %w", errUnauthenticated, errScopeInvalid, err)
 		m.reject(w, &ev, http.StatusUnauthorized, wire.ProblemPrincipalInvalid,
-			fmt.Sprintf("The request's principal cannot scope an Idempotency-Key: it must be valid UTF-8 without control characters, at most %d bytes.", MaxScopePartBytes))
+			fmt.Sprintf("The request's principal cannot scope an Idempotency-Key: it must be valid UTF-8 without control characters, at most %d bytes.", maxScopePartBytes))
 		return
 	}
 	if keyErr != nil {
 		ev.Err = keyErr
-		if errors.Is(keyErr, ErrKeyMissing) {
+		if errors.Is(keyErr, errKeyMissing) {
 			m.reject(w, &ev, http.StatusBadRequest, wire.ProblemKeyMissing, "This operation requires an Idempotency-Key header; mint one key per intent (a UUIDv4) and resend it on every retry.")
 			return
 		}
@@ -258,7 +254,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	body, err := readBody(r, limit)
 	if err != nil {
 		ev.Err = err
-		if errors.Is(err, ErrBodyTooLarge) {
+		if errors.Is(err, errBodyTooLarge) {
 			m.reject(w, &ev, http.StatusRequestEntityTooLarge, wire.ProblemBodyTooLarge,
 				fmt.Sprintf("The request body is larger than %d bytes, the most this route accepts.", limit))
 			return
@@ -268,12 +264,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	scope := Scope{Principal: principal, Endpoint: m.endpoint(r, route), Key: key}
 	if err := validScopePart("endpoint", scope.Endpoint); err != nil {
-		ev.Err = fmt.Errorf("%w: %w", ErrScopeInvalid, err)
+		ev.Err = fmt.Errorf("%w: %w", errScopeInvalid, err)
 		m.reject(w, &ev, http.StatusBadRequest, wire.ProblemEndpointInvalid,
-			fmt.Sprintf("The operation this request was routed to has no usable name: it must be valid UTF-8 without control characters, at most %d bytes.", MaxScopePartBytes))
+			fmt.Sprintf("The operation this request was routed to has no usable name: it must be valid UTF-8 without control characters, at most %d bytes.", maxScopePartBytes))
 		return
 	}
-	fp, version := Fingerprint(r, body)
+	fp, version := fingerprint(r, body)
 	ev.Scope = scope
 
 	if m.cfg.LegacyEndpointFunc != nil && m.answeredByLegacyRecord(w, r, scope, fp, version, &ev) {
@@ -295,14 +291,14 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	m.serveLease(w, r, next, scope, fp, version, &ev)
 }
 
-// readBody reads at most limit bytes of r.Body. It returns ErrBodyTooLarge if
+// readBody reads at most limit bytes of r.Body. It returns errBodyTooLarge if
 // there are more.
 func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
 	if r.ContentLength > limit {
-		return nil, fmt.Errorf("%w: Content-Length %d > %d", ErrBodyTooLarge, r.ContentLength, limit)
+		return nil, fmt.Errorf("%w: Content-Length %d > %d", errBodyTooLarge, r.ContentLength, limit)
 	}
 	n := limit
 	if n < math.MaxInt64 {
@@ -312,12 +308,12 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, fmt.Errorf("%w: %w", ErrBodyTooLarge, err)
+			return nil, fmt.Errorf("%w: %w", errBodyTooLarge, err)
 		}
 		return nil, fmt.Errorf("idemkit/server: read request body: %w", err)
 	}
 	if int64(len(body)) > limit {
-		return nil, fmt.Errorf("%w: more than %d bytes", ErrBodyTooLarge, limit)
+		return nil, fmt.Errorf("%w: more than %d bytes", errBodyTooLarge, limit)
 	}
 	return body, nil
 }
@@ -521,7 +517,7 @@ func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, ex *
 		return
 	}
 	if ex.FingerprintVersion != version || !bytes.Equal(ex.Fingerprint, fp) {
-		ev.Outcome, ev.Status, ev.Err = OutcomeMismatch, http.StatusUnprocessableEntity, ErrFingerprintMismatch
+		ev.Outcome, ev.Status, ev.Err = OutcomeMismatch, http.StatusUnprocessableEntity, errFingerprintMismatch
 		writeProblem(w, http.StatusUnprocessableEntity, wire.ProblemKeyReused,
 			"This Idempotency-Key was already used for a different request (method, path or body). Use a new key for a new request.", 0)
 		return
@@ -534,7 +530,7 @@ func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, ex *
 		m.replay(w, ex.Response, ev)
 		return
 	}
-	ev.Outcome, ev.Status, ev.Err = OutcomeInFlight, http.StatusConflict, ErrInFlight
+	ev.Outcome, ev.Status, ev.Err = OutcomeConflict, http.StatusConflict, ErrInFlight
 	writeProblem(w, http.StatusConflict, wire.ProblemInFlight,
 		detailInFlight, m.inFlightRetryAfter(r, ev.Scope, ex))
 }
@@ -593,7 +589,7 @@ func (m *Middleware) storeFailure(w http.ResponseWriter, r *http.Request, ev *Ev
 	}
 	switch {
 	case errors.Is(err, ErrInFlight):
-		ev.Outcome, ev.Status = OutcomeInFlight, http.StatusConflict
+		ev.Outcome, ev.Status = OutcomeConflict, http.StatusConflict
 		writeProblem(w, http.StatusConflict, wire.ProblemInFlight,
 			detailInFlight, 1)
 		return

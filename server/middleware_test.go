@@ -424,11 +424,11 @@ func TestNew_Validate(t *testing.T) {
 	m, err := server.New(st, &server.Config{PrincipalFunc: mwPrincipal})
 	require.NoError(t, err)
 	require.Equal(t, server.ModeLease, server.ConfigOf(m).Mode)
-	require.Equal(t, server.WindowDefault, server.ConfigOf(m).Window)
-	require.Equal(t, server.LeaseDurationDefault, server.ConfigOf(m).LeaseDuration)
-	require.Equal(t, server.LockTimeoutDefault, server.ConfigOf(m).LockTimeout)
-	require.Equal(t, int64(server.MaxFingerprintBytesDefault), server.ConfigOf(m).MaxFingerprintBytes)
-	require.Equal(t, server.MaxResponseBytesDefault, server.ConfigOf(m).MaxResponseBytes)
+	require.Equal(t, 24*time.Hour, server.ConfigOf(m).Window)
+	require.Equal(t, 30*time.Second, server.ConfigOf(m).LeaseDuration)
+	require.Equal(t, 3*time.Second, server.ConfigOf(m).LockTimeout)
+	require.Equal(t, int64(1<<20), server.ConfigOf(m).MaxFingerprintBytes)
+	require.Equal(t, 1<<20, server.ConfigOf(m).MaxResponseBytes)
 	require.Equal(t, "86400", server.WindowOf(m))
 	require.False(t, server.ReplayHeadersOf(m)["Set-Cookie"])
 	require.True(t, server.ReplayHeadersOf(m)["Location"])
@@ -443,7 +443,7 @@ func TestConfig_WithDefaults(t *testing.T) {
 	t.Parallel()
 	var nilCfg *server.Config
 	c := nilCfg.WithDefaults()
-	require.Equal(t, server.WindowDefault, c.Window)
+	require.Equal(t, 24*time.Hour, c.Window)
 	require.NotNil(t, c.Logger)
 	require.Nil(t, c.EndpointFunc, "keys belong to the principal unless the API names operations")
 
@@ -455,7 +455,7 @@ func TestConfig_WithDefaults(t *testing.T) {
 	require.Zero(t, orig.LeaseDuration, "WithDefaults must not modify its receiver")
 }
 
-func TestDefaultEndpoint(t *testing.T) {
+func TestLegacyPatternEndpoint(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct{ method, pattern, path, want string }{
 		{"POST", "POST /payments", "/payments", "POST /payments"},
@@ -467,7 +467,7 @@ func TestDefaultEndpoint(t *testing.T) {
 	} {
 		r := httptest.NewRequest(tt.method, tt.path, nil)
 		r.Pattern = tt.pattern
-		require.Equal(t, tt.want, server.DefaultEndpoint(r), "pattern %q", tt.pattern)
+		require.Equal(t, tt.want, legacyPatternEndpoint(r), "pattern %q", tt.pattern)
 	}
 }
 

@@ -68,11 +68,11 @@ func TestLimitBody_RouteLimitBoundsFingerprint(t *testing.T) {
 	require.Zero(t, b.count(t, "SELECT count(*) FROM idempotency_keys WHERE key = 'k/small' AND state != 'completed'"))
 }
 
-func TestNew_QuotasNeedUsageReporter(t *testing.T) {
+func TestNew_QuotasNeedPrincipalUsage(t *testing.T) {
 	t.Parallel()
 	s := mwNewStore(t, mwSQLite)
 	_, err := server.New(struct{ server.Store }{s.store}, &server.Config{PrincipalFunc: mwPrincipal, MaxKeysPerPrincipal: 1})
-	require.ErrorContains(t, err, "UsageReporter")
+	require.ErrorContains(t, err, "PrincipalUsage")
 }
 
 // Transactional mode holds at most MaxResponseBytes of a response: once the

@@ -13,7 +13,7 @@ func TestRetryAfter_BoundedByLease(t *testing.T) {
 	m := &Middleware{timeNowFunc: time.Now}
 	now := time.Now()
 	r, _ := http.NewRequest(http.MethodPost, "/x", nil)
-	sc := Scope{Principal: "p", Endpoint: EndpointAny, Key: "k"}
+	sc := Scope{Principal: "p", Endpoint: endpointAny, Key: "k"}
 	m.durations.observe(routeKey(r, sc), time.Minute)
 	rec := &Record{Token: 1, CreatedAt: now.Add(-10 * time.Second), LockedUntil: now.Add(5 * time.Second)}
 	require.Equal(t, 5, m.inFlightRetryAfter(r, sc, rec), "never past the lease")

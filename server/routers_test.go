@@ -122,8 +122,8 @@ func TestRouters_ChiOperationNames(t *testing.T) {
 	// The name must be known before the middleware claims: it goes
 	// outside mw.Wrap (r.With), or around the handler mw.Wrap wraps.
 	before := chi.NewRouter()
-	before.With(server.OperationMiddleware("orders.pay"), mw.Wrap).Post("/v1/orders/{id}/pay", rr.charge)
-	before.With(server.OperationMiddleware("orders.refund"), mw.Wrap).Post("/v1/orders/{id}/refund", rr.charge)
+	before.With(operation("orders.pay"), mw.Wrap).Post("/v1/orders/{id}/pay", rr.charge)
+	before.With(operation("orders.refund"), mw.Wrap).Post("/v1/orders/{id}/refund", rr.charge)
 	after := chi.NewRouter()
 	after.With(mw.Wrap).Method(http.MethodPost, "/v1/orders/{orderID}/pay", server.Operation(http.HandlerFunc(rr.charge), "orders.pay"))
 
@@ -176,9 +176,9 @@ func TestRouters_LegacyEndpointRecordsReplayAfterUpgrade(t *testing.T) {
 	t.Parallel()
 	rr := newRouterRig(t)
 	principal := func(r *http.Request) (string, error) { return r.Header.Get("X-Principal"), nil }
-	oldMW, err := server.New(rr.store, &server.Config{PrincipalFunc: principal, EndpointFunc: server.DefaultEndpoint})
+	oldMW, err := server.New(rr.store, &server.Config{PrincipalFunc: principal, EndpointFunc: legacyPatternEndpoint})
 	require.NoError(t, err)
-	newMW, err := server.New(rr.store, &server.Config{PrincipalFunc: principal, LegacyEndpointFunc: server.DefaultEndpoint})
+	newMW, err := server.New(rr.store, &server.Config{PrincipalFunc: principal, LegacyEndpointFunc: legacyPatternEndpoint})
 	require.NoError(t, err)
 	route := func(mw *server.Middleware) http.Handler {
 		mux := http.NewServeMux()
@@ -194,4 +194,30 @@ func TestRouters_LegacyEndpointRecordsReplayAfterUpgrade(t *testing.T) {
 	// New keys get the new scope.
 	require.Equal(t, http.StatusCreated, send(t, route(newMW), "/v1/orders/9/pay", "k-new").status)
 	require.EqualValues(t, 2, rr.runs.Load())
+}
+
+// legacyPatternEndpoint returns r.Method, a space and the route pattern that
+// http.ServeMux matched (r.Pattern without its method and host parts), or
+// r.URL.Path when there is no pattern: the endpoint scope of records written
+// by idemkit before keys became principal-wide by default.
+// (idemkit's default before keys became principal-wide), as the README
+// shows it for Config.LegacyEndpointFunc.
+func legacyPatternEndpoint(r *http.Request) string {
+	p := r.Pattern
+	if p == "" {
+		return r.Method + " " + r.URL.Path
+	}
+	if i := strings.IndexAny(p, " \t"); i >= 0 {
+		p = strings.TrimLeft(p[i:], " \t")
+	}
+	if i := strings.IndexByte(p, '/'); i > 0 {
+		p = p[i:] // drop the host
+	}
+	return r.Method + " " + p
+}
+
+// operation returns a chi middleware that names the operation of the
+// handlers it wraps (see server.Operation).
+func operation(name string) func(http.Handler) http.Handler {
+	return func(h http.Handler) http.Handler { return server.Operation(h, name) }
 }

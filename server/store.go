@@ -23,7 +23,7 @@ const (
 )
 
 // Scope identifies one record: who sent the key, to which operation, and the
-// key itself. Principal is mandatory. Endpoint is EndpointAny by default (a
+// key itself. Principal is mandatory. Endpoint is "*" by default (a
 // key belongs to the principal), or the operation name a route gives with
 // Operation or Config.EndpointFunc.
 type Scope struct {
@@ -51,9 +51,9 @@ func (s Scope) DownstreamKey() string {
 	return "idk_" + base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:24])
 }
 
-// EndpointAny is the Endpoint of a Scope whose route names no operation:
+// endpointAny is the Endpoint of a Scope whose route names no operation:
 // the key belongs to the principal, whatever route it is sent to.
-const EndpointAny = "*"
+const endpointAny = "*"
 
 // StoredResponse is what a replay sends: the status, the allowlisted headers
 // and the body, byte for byte.

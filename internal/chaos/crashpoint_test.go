@@ -260,7 +260,7 @@ func TestCrashPoint_AfterEffectBeforeResponse(t *testing.T) {
 		r, _ := postUntilDone(ctx, t, url+"/effects", "alice", key, []byte(body))
 		require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
 
-		want := downstreamKey(server.Scope{Principal: "alice", Endpoint: server.EndpointAny, Key: key})
+		want := downstreamKey(server.Scope{Principal: "alice", Endpoint: "*", Key: key})
 		calls, effects := ds.stats()
 		require.Equal(t, []string{want, want}, calls, "the takeover called downstream again, with the same forwarded key")
 		require.Equal(t, 1, effects, "the idempotent downstream kept exactly one effect")

@@ -13,6 +13,7 @@ import (
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/pgstore"
 	"github.com/idemkit/idemkit/server/sqlitestore"
+	"github.com/idemkit/idemkit/server/sweeper"
 )
 
 // App is a wired payments API: idempotency store, ledger, middleware and
@@ -25,7 +26,7 @@ type App struct {
 	backend  string // "sqlite" or "postgres"
 
 	stop      context.CancelFunc // cancels handlers.stopping
-	sweeper   *server.Sweeper
+	sweeper   *sweeper.Sweeper
 	closers   []func()
 	closeOnce sync.Once
 }
@@ -126,7 +127,7 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 	}
 	a.handler = a.handlers.routes(mw)
 	if cfg.SweepInterval > 0 {
-		a.sweeper = server.StartSweeper(store, &server.SweeperConfig{Interval: cfg.SweepInterval, Logger: cfg.Logger})
+		a.sweeper = sweeper.Start(store, &sweeper.Config{Interval: cfg.SweepInterval, Logger: cfg.Logger})
 	}
 	return a, nil
 }

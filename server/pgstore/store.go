@@ -109,8 +109,7 @@ type Store struct {
 }
 
 var (
-	_ server.Store         = (*Store)(nil)
-	_ server.UsageReporter = (*Store)(nil)
+	_ server.Store = (*Store)(nil)
 )
 
 func init() {
@@ -190,7 +189,9 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 	return s.s.Sweep(ctx, s.q, now)
 }
 
-// PrincipalUsage implements server.UsageReporter.
+// PrincipalUsage returns the live records of principal at now and the
+// bytes of their stored responses, for the per-principal quotas
+// (server.Config.MaxKeysPerPrincipal). It reads the principal's rows.
 func (s *Store) PrincipalUsage(ctx context.Context, principal string, now time.Time) (server.PrincipalUsage, error) {
 	return s.s.PrincipalUsage(ctx, s.q, principal, now)
 }

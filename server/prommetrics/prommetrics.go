@@ -107,7 +107,7 @@ func (m *Metrics) Observe(_ *http.Request, e server.Event) {
 	switch e.Outcome {
 	case server.OutcomeReplayed:
 		m.replays.Inc()
-	case server.OutcomeInFlight:
+	case server.OutcomeConflict:
 		m.conflicts.Inc()
 	case server.OutcomeMismatch:
 		m.mismatches.Inc()

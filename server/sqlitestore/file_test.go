@@ -20,7 +20,7 @@ func TestSQLiteStore_ReplacedFileFailsClosed(t *testing.T) {
 	t.Parallel()
 	b := setupSQLite(t)
 	now := time.Now()
-	sc := server.Scope{Principal: "p", Endpoint: server.EndpointAny, Key: "k"}
+	sc := server.Scope{Principal: "p", Endpoint: "*", Key: "k"}
 	req := server.ClaimRequest{Scope: sc, Fingerprint: []byte{1}, FingerprintVersion: 1, Now: now,
 		ExpiresAt: now.Add(time.Hour), LockedUntil: now.Add(time.Minute)}
 	res, err := b.store.Claim(b.ctx, req)
@@ -38,17 +38,17 @@ func TestSQLiteStore_ReplacedFileFailsClosed(t *testing.T) {
 	require.NoError(t, os.Rename(restored, b.path))
 
 	_, err = b.store.Claim(b.ctx, req)
-	require.ErrorIs(t, err, server.ErrStoreReplaced)
+	require.ErrorIs(t, err, sqlitestore.ErrFileReplaced)
 	require.ErrorIs(t, err, server.ErrStoreUnavailable)
 	_, err = b.store.Get(b.ctx, sc, now)
-	require.ErrorIs(t, err, server.ErrStoreReplaced)
-	require.ErrorIs(t, b.store.Complete(b.ctx, sc, res.Token, now, &server.StoredResponse{Status: 201}), server.ErrStoreReplaced)
+	require.ErrorIs(t, err, sqlitestore.ErrFileReplaced)
+	require.ErrorIs(t, b.store.Complete(b.ctx, sc, res.Token, now, &server.StoredResponse{Status: 201}), sqlitestore.ErrFileReplaced)
 	_, err = b.store.BeginTx(b.ctx, 0)
-	require.ErrorIs(t, err, server.ErrStoreReplaced)
+	require.ErrorIs(t, err, sqlitestore.ErrFileReplaced)
 
 	require.NoError(t, os.Remove(b.path))
 	_, err = b.store.Get(b.ctx, sc, now)
-	require.ErrorIs(t, err, server.ErrStoreReplaced, "a deleted file fails closed too")
+	require.ErrorIs(t, err, sqlitestore.ErrFileReplaced, "a deleted file fails closed too")
 }
 
 // A claim that waits for SQLite's single writer gets its whole lease from
@@ -62,7 +62,7 @@ func TestSQLiteStore_LeaseStartsWhenClaimAcquired(t *testing.T) {
 	t.Cleanup(func() { timer.Stop() })
 
 	now := time.Now()
-	sc := server.Scope{Principal: "p", Endpoint: server.EndpointAny, Key: "queued"}
+	sc := server.Scope{Principal: "p", Endpoint: "*", Key: "queued"}
 	lease := 50 * time.Millisecond
 	res, err := b.store.Claim(context.Background(), server.ClaimRequest{Scope: sc, Fingerprint: []byte{1}, FingerprintVersion: 1,
 		Now: now, ExpiresAt: now.Add(time.Hour), LockedUntil: now.Add(lease)})

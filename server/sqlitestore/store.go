@@ -32,6 +32,13 @@ import (
 	"github.com/idemkit/idemkit/server/internal/sqlstore"
 )
 
+// ErrFileReplaced means the database file was replaced, restored or
+// deleted under a running Store: its connections still use the old file, so
+// every operation fails closed with an error wrapping ErrFileReplaced and
+// server.ErrStoreUnavailable (HTTP: 503) until the process reopens the
+// database.
+var ErrFileReplaced = errors.New("idemkit/server/sqlitestore: database file replaced under the running store")
+
 // sweepChunkSizeDefault is the default Config.SweepChunkSize.
 const sweepChunkSizeDefault = 1000
 
@@ -117,8 +124,7 @@ type Store struct {
 }
 
 var (
-	_ server.Store         = (*Store)(nil)
-	_ server.UsageReporter = (*Store)(nil)
+	_ server.Store = (*Store)(nil)
 )
 
 // Open opens the SQLite database at path with modernc.org/sqlite,
@@ -216,7 +222,7 @@ func (s *Store) checkFile() error {
 	if err == nil && os.SameFile(fi, s.file) {
 		return nil
 	}
-	cause := fmt.Errorf("%w: %s is no longer the file the store opened", server.ErrStoreReplaced, s.path)
+	cause := fmt.Errorf("%w: %s is no longer the file the store opened", ErrFileReplaced, s.path)
 	if err != nil {
 		cause = fmt.Errorf("%w: %w", cause, err)
 	}
@@ -317,7 +323,9 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 	return s.s.Sweep(ctx, s.q, now)
 }
 
-// PrincipalUsage implements server.UsageReporter.
+// PrincipalUsage returns the live records of principal at now and the
+// bytes of their stored responses, for the per-principal quotas
+// (server.Config.MaxKeysPerPrincipal). It reads the principal's rows.
 func (s *Store) PrincipalUsage(ctx context.Context, principal string, now time.Time) (server.PrincipalUsage, error) {
 	if err := s.checkFile(); err != nil {
 		return server.PrincipalUsage{}, err

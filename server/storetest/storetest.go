@@ -381,7 +381,7 @@ var cases = []testCase{
 	{"Scope_Endpoint", func(t *testing.T, b *testBundle) {
 		pay := server.Scope{Principal: "tenant-a", Endpoint: "POST /payments", Key: "k"}
 		refund := server.Scope{Principal: "tenant-a", Endpoint: "POST /refunds", Key: "k"}
-		wide := server.Scope{Principal: "tenant-a", Endpoint: server.EndpointAny, Key: "k"}
+		wide := server.Scope{Principal: "tenant-a", Endpoint: "*", Key: "k"}
 		for _, sc := range []server.Scope{pay, refund, wide} {
 			res := b.claim(t, claimReq(sc, fingerprint(sc.Endpoint), b.t0))
 			require.True(t, res.Acquired, "endpoint %q", sc.Endpoint)

@@ -198,7 +198,7 @@ func (s *Store) Sweep(ctx context.Context, q Querier, now time.Time) (int, error
 	}
 }
 
-// PrincipalUsage implements server.UsageReporter on q.
+// PrincipalUsage returns the usage of principal at now, on q.
 func (s *Store) PrincipalUsage(ctx context.Context, q Querier, principal string, now time.Time) (server.PrincipalUsage, error) {
 	var (
 		u      server.PrincipalUsage

@@ -1,4 +1,4 @@
-package server_test
+package sweeper
 
 import (
 	"bytes"
@@ -87,7 +87,7 @@ func TestSweeper_DeletesExpiredRecords(t *testing.T) {
 
 	// The injected clock is two minutes after the claims.
 	now := t0.Add(2 * time.Minute)
-	sw := server.StartSweeperWithClock(store, &server.SweeperConfig{Interval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)},
+	sw := start(store, &Config{Interval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)},
 		func() time.Time { return now })
 	t.Cleanup(func() { _ = sw.Close() })
 
@@ -101,7 +101,7 @@ func TestSweeper_DeletesExpiredRecords(t *testing.T) {
 	require.NoError(t, sw.Close())
 	require.NoError(t, sw.Close(), "Close twice")
 	select {
-	case <-server.SweeperDone(sw): // closed by the goroutine as it exits
+	case <-sw.done: // closed by the goroutine as it exits
 	default:
 		t.Fatal("Close returned while the sweeper goroutine was still running")
 	}
@@ -116,7 +116,7 @@ func TestSweeper_LogsFailures(t *testing.T) {
 	require.NoError(t, store.DB().Close()) // every Sweep now fails
 
 	var log swLog
-	sw := server.StartSweeper(store, &server.SweeperConfig{Interval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	sw := Start(store, &Config{Interval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	t.Cleanup(func() { _ = sw.Close() })
 	swEventually(t, "a logged sweep failure", func() bool { return strings.Contains(log.String(), "sweep of expired idempotency records failed") })
 	require.Contains(t, log.String(), "database is closed")
@@ -125,11 +125,11 @@ func TestSweeper_LogsFailures(t *testing.T) {
 
 func TestSweeperConfig_WithDefaults(t *testing.T) {
 	t.Parallel()
-	cfg := (*server.SweeperConfig)(nil).WithDefaults()
-	require.Equal(t, server.SweeperIntervalDefault, cfg.Interval)
+	cfg := (*Config)(nil).WithDefaults()
+	require.Equal(t, intervalDefault, cfg.Interval)
 	require.Same(t, slog.Default(), cfg.Logger)
 
-	custom := &server.SweeperConfig{Interval: time.Second}
+	custom := &Config{Interval: time.Second}
 	got := custom.WithDefaults()
 	require.Equal(t, time.Second, got.Interval)
 	require.Nil(t, custom.Logger, "WithDefaults returns a copy")
