@@ -2,8 +2,6 @@ package server_test
 
 import (
 	"fmt"
-	"github.com/idemkit/idemkit/internal/wire"
-	"github.com/idemkit/idemkit/server"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,6 +10,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/wire"
+	"github.com/idemkit/idemkit/server"
 )
 
 // BenchmarkMiddleware measures a protected POST (first request: claim,

@@ -2,9 +2,6 @@ package server_test
 
 import (
 	"context"
-	"github.com/idemkit/idemkit/internal/wire"
-	"github.com/idemkit/idemkit/server"
-	"github.com/idemkit/idemkit/server/pgstore"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,6 +11,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/wire"
+	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/pgstore"
 )
 
 // txProxyRig is a transactional-mode middleware on PostgreSQL reached

@@ -4,9 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/idemkit/idemkit/internal/wire"
-	"github.com/idemkit/idemkit/server"
-	"github.com/idemkit/idemkit/server/sqlitestore"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,6 +17,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/wire"
+	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // leaseRig is one lease-mode middleware on a store, behind an httptest

@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/idemkit/idemkit/internal/wire"
-	"github.com/idemkit/idemkit/server"
-	"github.com/idemkit/idemkit/server/prommetrics"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +15,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/wire"
+	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/prommetrics"
 )
 
 func TestMiddleware_SameKeyConcurrently(t *testing.T) {

@@ -22,7 +22,7 @@ const (
 	ModeLease Mode = iota
 	// ModeTransactional claims the key, runs the handler and stores the
 	// response in one database transaction, which the handler writes its
-	// effect on (see PgxTx and SQLTx). A rollback, a 5xx, a panic or a crash
+	// effect on (see pgstore.Tx and sqlitestore.Tx). A rollback, a 5xx, a panic or a crash
 	// leaves neither claim nor effect behind.
 	ModeTransactional
 )
@@ -76,25 +76,25 @@ type Config struct {
 	// Window is how long a key is remembered after its first use: a retry
 	// within it is replayed, one after it runs as a new request. It is
 	// published on every keyed response in the Idempotency-Window header, in
-	// whole seconds. Defaults to windowDefault (24h).
+	// whole seconds. Defaults to 24h.
 	Window time.Duration
 
 	// LeaseDuration bounds an in-progress claim in lease mode: if the
 	// process dies, a retry after the lease ends takes the claim over. The
 	// middleware extends the lease every LeaseDuration/3 while the handler
-	// runs. Defaults to leaseDurationDefault (30s).
+	// runs. Defaults to 30s.
 	LeaseDuration time.Duration
 
 	// LockTimeout is how long a claim in transactional mode waits on a
 	// concurrent uncommitted claim of the same key before answering 409.
-	// Defaults to lockTimeoutDefault (3s).
+	// Defaults to 3s.
 	LockTimeout time.Duration
 
 	// StoreTimeout bounds every call the middleware makes to the store
 	// (claim, read, completion, release, lease extension, commit): a
 	// database path that stops answering fails the call after it instead of
 	// hanging the request. Lease extensions are also bounded by a third of
-	// LeaseDuration. Defaults to storeTimeoutDefault (5s).
+	// LeaseDuration. Defaults to 5s.
 	StoreTimeout time.Duration
 
 	// AllowMissingKey passes requests without an Idempotency-Key straight
@@ -108,7 +108,7 @@ type Config struct {
 	// text or the path: a renamed parameter, a moved middleware or a router
 	// upgrade would then move keys still inside the window to a new scope,
 	// and their retries would run again. An empty result means no endpoint. A name given per route with Operation takes precedence.
-	// Defaults to nil: the scope is (principal, endpointAny, key) unless the
+	// Defaults to nil: the scope is (principal, "*", key) unless the
 	// route names its operation.
 	EndpointFunc func(r *http.Request) string
 
@@ -121,8 +121,7 @@ type Config struct {
 	LegacyEndpointFunc func(r *http.Request) string
 
 	// MaxFingerprintBytes is the largest request body the middleware reads
-	// to fingerprint; a larger body is answered with 413. Defaults to
-	// maxFingerprintBytesDefault (1 MiB).
+	// to fingerprint; a larger body is answered with 413. Defaults to 1 MiB.
 	MaxFingerprintBytes int64
 
 	// MaxKeysPerPrincipal bounds the live keys (records inside the window)
@@ -143,14 +142,15 @@ type Config struct {
 	// MaxResponseBytes is the largest response body stored for replay. A
 	// larger body is sent to the first caller but not stored; a replay then
 	// sends the status and headers, an empty body and
-	// Idempotent-Response-Omitted: true. Defaults to maxResponseBytesDefault
-	// (1 MiB).
+	// Idempotent-Response-Omitted: true. Defaults to 1 MiB.
 	MaxResponseBytes int
 
 	// ReplayHeaders lists the response headers stored and replayed.
 	// Set-Cookie, Authorization, Proxy-Authorization, hop-by-hop headers,
 	// Content-Length and idemkit's own headers are never stored, even if
-	// listed. Defaults to replayHeadersDefault.
+	// listed. Defaults to Content-Type, Content-Language,
+	// Content-Encoding, Content-Disposition, Location, Link, ETag and
+	// Last-Modified.
 	ReplayHeaders []string
 
 	// OnEventFunc, if set, is called once for every keyed request, after

@@ -3,10 +3,6 @@ package server_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/idemkit/idemkit/internal/wire"
-	"github.com/idemkit/idemkit/server"
-	"github.com/idemkit/idemkit/server/pgstore"
-	"github.com/idemkit/idemkit/server/sqlitestore"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -15,6 +11,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/wire"
+	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/pgstore"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // The outcome table of docs/design.md, row by row, against both stores and in

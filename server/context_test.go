@@ -3,15 +3,16 @@ package server_test
 import (
 	"context"
 	"fmt"
-	"github.com/idemkit/idemkit/server"
-	"github.com/idemkit/idemkit/server/pgstore"
-	"github.com/idemkit/idemkit/server/sqlitestore"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/pgstore"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 func TestContext_Accessors(t *testing.T) {

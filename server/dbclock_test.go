@@ -2,8 +2,6 @@ package server_test
 
 import (
 	"context"
-	"github.com/idemkit/idemkit/server"
-	"github.com/idemkit/idemkit/server/pgstore"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/testpg"
+	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/pgstore"
 )
 
 // Two lease-mode replicas on one PostgreSQL, one whose clock runs 30 s

@@ -7,10 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/idemkit/idemkit/internal/wire"
-	"github.com/idemkit/idemkit/server"
-	"github.com/idemkit/idemkit/server/pgstore"
-	"github.com/idemkit/idemkit/server/sqlitestore"
 	"io"
 	"net"
 	"net/http"
@@ -27,6 +23,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/testpg"
+	"github.com/idemkit/idemkit/internal/wire"
+	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/pgstore"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // The kill tests run the middleware in a child process (this test binary,

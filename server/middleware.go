@@ -5,13 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/idemkit/idemkit/internal/wire"
 	"io"
 	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // Outcome says what the middleware did with a request.

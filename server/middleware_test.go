@@ -6,11 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/idemkit/idemkit/internal/wire"
-	"github.com/idemkit/idemkit/server"
-	"github.com/idemkit/idemkit/server/internal/sqlstore"
-	"github.com/idemkit/idemkit/server/pgstore"
-	"github.com/idemkit/idemkit/server/sqlitestore"
 	"io"
 	"log/slog"
 	"net/http"
@@ -27,6 +22,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/testpg"
+	"github.com/idemkit/idemkit/internal/wire"
+	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/internal/sqlstore"
+	"github.com/idemkit/idemkit/server/pgstore"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // Test names of the two stores and two modes every HTTP test runs against.

@@ -14,7 +14,7 @@ const maxScopePartBytes = 512
 
 // Operation returns h, naming the operation it performs: keys sent to it are
 // scoped to (principal, name, key), independent of the same key on other
-// operations. Without it a key belongs to the principal (endpointAny), and
+// operations. Without it a key belongs to the principal (endpoint "*"), and
 // the same key on another operation is a 422.
 //
 // Name operations explicitly and keep the names stable (for example

@@ -2,12 +2,13 @@ package server
 
 import (
 	"encoding/json"
-	"github.com/idemkit/idemkit/internal/wire"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 func TestWriteProblem(t *testing.T) {

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/idemkit/idemkit/internal/wire"
 	"math"
 	"net/http"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // PrincipalUsage is what one principal holds in a store: its live records

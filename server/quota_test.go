@@ -1,8 +1,6 @@
 package server_test
 
 import (
-	"github.com/idemkit/idemkit/internal/wire"
-	"github.com/idemkit/idemkit/server"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -10,6 +8,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/wire"
+	"github.com/idemkit/idemkit/server"
 )
 
 // One principal cannot fill the store: over its key quota a new key gets

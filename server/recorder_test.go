@@ -2,7 +2,6 @@ package server
 
 import (
 	"errors"
-	"github.com/idemkit/idemkit/internal/wire"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 func TestRecorder_BuffersUntilSent(t *testing.T) {

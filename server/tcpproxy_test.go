@@ -3,7 +3,6 @@ package server_test
 import (
 	"bytes"
 	"context"
-
 	"net"
 	"net/url"
 	"sync"

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/idemkit/idemkit/internal/wire"
 	"io"
 	"net/http"
 	"os"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/idemkit/idemkit/internal/paymentsapi"
 	"github.com/idemkit/idemkit/internal/testpg"
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // buildBinary builds this command into a temporary directory.

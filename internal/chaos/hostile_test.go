@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/idemkit/idemkit/internal/wire"
 	"io"
 	"net"
 	"net/http"
@@ -25,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 const validPayment = `{"amount":4000,"currency":"USD","description":"hostile"}`

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/idemkit/idemkit/internal/wire"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/testpg"
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.

@@ -1,7 +1,6 @@
 package paymentsapi
 
 import (
-	"github.com/idemkit/idemkit/internal/wire"
 	"io"
 	"net/http"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/faultproxy"
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // TestPayments_BehindFaultProxy loses the response of the first attempt

@@ -3,13 +3,13 @@ package paymentsapi
 import (
 	"context"
 	"errors"
-	"github.com/idemkit/idemkit/internal/wire"
 	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
 )
 

@@ -2,9 +2,10 @@ package paymentsapi
 
 import (
 	"encoding/json"
-	"github.com/idemkit/idemkit/internal/wire"
 	"net/http"
 	"strconv"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // Problem type slugs of this example, on top of the server package's. The

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/storetest"
 )
 
@@ -23,19 +24,18 @@ VALUES ($1, $2, $3, 'in_progress', $4, 1, 1, $5, $6, $7)`
 )
 
 func BenchmarkClaim(b *testing.B) {
-	b.Run("Store", func(b *testing.B) {
-		storetest.BenchClaims(b, storetest.ClaimFunc(setupPostgres(b).store))
-	})
-	b.Run("RawInsert", func(b *testing.B) {
-		bundle := setupPostgres(b)
-		if _, err := bundle.pool.Exec(bundle.ctx, benchRawTablePostgres); err != nil {
-			b.Fatal(err)
-		}
-		storetest.BenchClaims(b, func(ctx context.Context, key string) error {
-			now := time.Now()
-			_, err := bundle.pool.Exec(ctx, benchRawInsertPostgres, "bench", "POST /payments", key, storetest.BenchFingerprint,
-				now.Add(30*time.Second), now, now.Add(24*time.Hour))
-			return err
+	storetest.BenchClaimsAgainstBaseline(b,
+		func(b *testing.B) server.Store { return setupPostgres(b).store },
+		func(b *testing.B) func(ctx context.Context, key string) error {
+			bundle := setupPostgres(b)
+			if _, err := bundle.pool.Exec(bundle.ctx, benchRawTablePostgres); err != nil {
+				b.Fatal(err)
+			}
+			return func(ctx context.Context, key string) error {
+				now := time.Now()
+				_, err := bundle.pool.Exec(ctx, benchRawInsertPostgres, "bench", "POST /payments", key, storetest.BenchFingerprint,
+					now.Add(30*time.Second), now, now.Add(24*time.Hour))
+				return err
+			}
 		})
-	})
 }

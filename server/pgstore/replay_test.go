@@ -3,7 +3,6 @@ package pgstore
 import (
 	"context"
 	"fmt"
-	"github.com/idemkit/idemkit/server"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/testpg"
+	"github.com/idemkit/idemkit/server"
 )
 
 // A claim that meets a completed record only reads it: inside a transaction

@@ -11,7 +11,6 @@
 package pgstore
 
 import (
-	"cmp"
 	"context"
 	"embed"
 	"errors"
@@ -63,27 +62,11 @@ type Config struct {
 // WithDefaults returns a copy of c with every zero field set to its default.
 // It is safe to call on a nil receiver.
 func (c *Config) WithDefaults() *Config {
-	var out Config
-	if c != nil {
-		out = *c
-	}
-	out.SweepChunkSize = cmp.Or(out.SweepChunkSize, sweepChunkSizeDefault)
-	out.StatementTimeout = cmp.Or(out.StatementTimeout, statementTimeoutDefault)
-	out.IdleInTransactionTimeout = cmp.Or(out.IdleInTransactionTimeout, idleInTransactionTimeoutDefault)
-	return &out
-}
-
-func (c *Config) validate() error {
-	if c.SweepChunkSize < 0 {
-		return fmt.Errorf("idemkit/server/pgstore: Config.SweepChunkSize must not be negative, got %d", c.SweepChunkSize)
-	}
-	if c.StatementTimeout < 0 {
-		return fmt.Errorf("idemkit/server/pgstore: Config.StatementTimeout must not be negative, got %v", c.StatementTimeout)
-	}
-	if c.IdleInTransactionTimeout < 0 {
-		return fmt.Errorf("idemkit/server/pgstore: Config.IdleInTransactionTimeout must not be negative, got %v", c.IdleInTransactionTimeout)
-	}
-	return nil
+	return sqlstore.ConfigWithDefaults(c, Config{
+		SweepChunkSize:           sweepChunkSizeDefault,
+		StatementTimeout:         statementTimeoutDefault,
+		IdleInTransactionTimeout: idleInTransactionTimeoutDefault,
+	})
 }
 
 // Store is a server.Store in PostgreSQL. Its table lives in the pool's
@@ -129,7 +112,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 		return nil, errors.New("idemkit/server/pgstore: New: pool is nil")
 	}
 	cfg = cfg.WithDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := sqlstore.CheckNotNegative("idemkit/server/pgstore: Config", cfg); err != nil {
 		return nil, err
 	}
 	d := &dialect{}

@@ -12,7 +12,6 @@
 package sqlitestore
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -71,24 +70,11 @@ type Config struct {
 // WithDefaults returns a copy of c with every zero field set to its default.
 // It is safe to call on a nil receiver.
 func (c *Config) WithDefaults() *Config {
-	var out Config
-	if c != nil {
-		out = *c
-	}
-	out.SweepChunkSize = cmp.Or(out.SweepChunkSize, sweepChunkSizeDefault)
-	out.BusyTimeout = cmp.Or(out.BusyTimeout, busyTimeoutDefault)
-	out.Logger = cmp.Or(out.Logger, slog.Default())
-	return &out
-}
-
-func (c *Config) validate() error {
-	if c.SweepChunkSize < 0 {
-		return fmt.Errorf("idemkit/server/sqlitestore: Config.SweepChunkSize must not be negative, got %d", c.SweepChunkSize)
-	}
-	if c.BusyTimeout < 0 {
-		return fmt.Errorf("idemkit/server/sqlitestore: Config.BusyTimeout must not be negative, got %v", c.BusyTimeout)
-	}
-	return nil
+	return sqlstore.ConfigWithDefaults(c, Config{
+		SweepChunkSize: sweepChunkSizeDefault,
+		BusyTimeout:    busyTimeoutDefault,
+		Logger:         slog.Default(),
+	})
 }
 
 // Store is a server.Store in an SQLite database, for a single node: the
@@ -167,7 +153,7 @@ func New(db *sql.DB, cfg *Config) (*Store, error) {
 		return nil, errors.New("idemkit/server: New: db is nil")
 	}
 	cfg = cfg.WithDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := sqlstore.CheckNotNegative("idemkit/server/sqlitestore: Config", cfg); err != nil {
 		return nil, err
 	}
 	s := &Store{db: db, cfg: cfg, s: sqlstore.New(dialect{}, cfg.SweepChunkSize), q: &querier{q: db}, txScopes: make(map[server.Scope]struct{})}

@@ -29,8 +29,7 @@ type sqliteBundle struct {
 // small enough that the conformance suite's Sweep spans several chunks.
 func setupSQLite(t testing.TB) *sqliteBundle {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
+	ctx := storetest.Context(t)
 	path := filepath.Join(t.TempDir(), "idem.db")
 	db, err := sqlitestore.Open(ctx, path)
 	require.NoError(t, err)
@@ -41,19 +40,11 @@ func setupSQLite(t testing.TB) *sqliteBundle {
 	return &sqliteBundle{ctx: ctx, path: path, db: db, store: store}
 }
 
-func TestSQLiteStore_Conformance(t *testing.T) {
-	t.Parallel()
-	storetest.Run(t, func(t *testing.T) server.Store { return setupSQLite(t).store })
-}
-
 func TestSQLiteStore_MigrateTwiceAndConcurrently(t *testing.T) {
 	t.Parallel()
 	b := setupSQLite(t)
-	require.NoError(t, b.store.Migrate(b.ctx), "second Migrate")
-
-	// Several processes' worth of pools migrating one new file at once.
-	path := filepath.Join(t.TempDir(), "race.db")
-	storetest.RunConcurrentMigrations(t, b.ctx, 6, func(ctx context.Context) (storetest.Migrator, func(), error) {
+	path := filepath.Join(t.TempDir(), "race.db") // one new file for several processes' worth of pools
+	storetest.RunMigrations(t, b.ctx, b.store, 6, func(ctx context.Context) (storetest.Migrator, func(), error) {
 		db, err := sqlitestore.Open(ctx, path)
 		if err != nil {
 			return nil, nil, err
@@ -63,14 +54,15 @@ func TestSQLiteStore_MigrateTwiceAndConcurrently(t *testing.T) {
 			return nil, nil, errors.Join(err, db.Close())
 		}
 		return store, func() { _ = db.Close() }, nil
-	})
-	db, err := sqlitestore.Open(b.ctx, path)
-	require.NoError(t, err)
-	defer db.Close()
-	var count, version int
-	require.NoError(t, db.QueryRowContext(b.ctx, "SELECT count(*), max(version) FROM idempotency_migrations").Scan(&count, &version))
-	require.Equal(t, 1, count, "each migration is recorded once")
-	require.Equal(t, 1, version)
+	}, func(ctx context.Context) (count, version int, err error) {
+		db, err := sqlitestore.Open(ctx, path)
+		if err != nil {
+			return 0, 0, err
+		}
+		defer db.Close()
+		err = db.QueryRowContext(ctx, "SELECT count(*), max(version) FROM idempotency_migrations").Scan(&count, &version)
+		return count, version, err
+	}, 1)
 }
 
 func TestOpenSQLite_Pragmas(t *testing.T) {
@@ -293,4 +285,9 @@ func TestStore_Stats(t *testing.T) {
 	t.Parallel()
 	b := setupSQLite(t)
 	storetest.RunStats(t, b.ctx, b.store)
+}
+
+func TestSQLiteStore_Conformance(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) server.Store { return setupSQLite(t).store })
 }

@@ -1,5 +1,5 @@
 // Package storetest is the conformance suite for implementations of
-// server.Store. PostgresStore and SQLiteStore run it; so should any other
+// server.Store. pgstore.Store and sqlitestore.Store run it; so should any other
 // store:
 //
 //	func TestMyStore(t *testing.T) {
@@ -643,13 +643,17 @@ type Migrator interface {
 	Migrate(ctx context.Context) error
 }
 
-// RunConcurrentMigrations opens n stores on one fresh database at once with
-// open, each on a pool of its own as separate processes would, migrates
-// them concurrently, and requires every Migrate to succeed. open returns the
-// store and a function that closes its pool. The caller then checks that
-// each migration was recorded once.
-func RunConcurrentMigrations(t *testing.T, ctx context.Context, n int, open func(ctx context.Context) (Migrator, func(), error)) {
+// RunMigrations checks that Migrate is idempotent and safe when processes
+// run it at once: migrated, a migrated store, migrates again; then n stores
+// that open returns on one fresh database, each on a pool of its own as
+// separate processes would, migrate concurrently. open returns a store and
+// a function that closes its pool. recorded reads the count of rows and the
+// highest version in that database's versions table: each of the want
+// migrations must be recorded once.
+func RunMigrations(t *testing.T, ctx context.Context, migrated Migrator, n int,
+	open func(ctx context.Context) (Migrator, func(), error), recorded func(ctx context.Context) (count, version int, err error), want int) {
 	t.Helper()
+	require.NoError(t, migrated.Migrate(ctx), "second Migrate")
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
@@ -669,6 +673,10 @@ func RunConcurrentMigrations(t *testing.T, ctx context.Context, n int, open func
 	for i, err := range errs {
 		require.NoError(t, err, "Migrate %d", i)
 	}
+	count, version, err := recorded(ctx)
+	require.NoError(t, err)
+	require.Equal(t, want, count, "each migration is recorded once")
+	require.Equal(t, want, version)
 }
 
 // BenchFingerprint is the fingerprint of the claims of ClaimFunc.
@@ -715,6 +723,22 @@ func ClaimFunc(store server.Store) func(ctx context.Context, key string) error {
 		}
 		return err
 	}
+}
+
+// BenchClaimsAgainstBaseline runs BenchClaims on a fresh store ("Store")
+// and, on another, on the plain INSERT of the same columns into an
+// equivalent table that newInsert prepares ("RawInsert"): what a claim
+// costs over the cheapest possible write.
+func BenchClaimsAgainstBaseline(b *testing.B, newStore func(b *testing.B) server.Store, newInsert func(b *testing.B) func(ctx context.Context, key string) error) {
+	b.Run("Store", func(b *testing.B) { BenchClaims(b, ClaimFunc(newStore(b))) })
+	b.Run("RawInsert", func(b *testing.B) { BenchClaims(b, newInsert(b)) })
+}
+
+// Context returns a context that ends with t, or after a minute.
+func Context(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // RunTxEffectRollsBack checks transactional mode's promise on store: a

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/idemkit/idemkit/server"
-	"github.com/idemkit/idemkit/server/sqlitestore"
 	"log/slog"
 	"path/filepath"
 	"runtime"
@@ -15,6 +13,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // swSQLiteStore returns a migrated SQLite store on a fresh file.

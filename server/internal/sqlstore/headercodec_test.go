@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -106,4 +107,31 @@ func FuzzResponseEncoding(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, dec, again)
 	})
+}
+
+func TestConfigWithDefaults(t *testing.T) {
+	t.Parallel()
+	type cfg struct {
+		N int
+		S string
+		D []string
+	}
+	defaults := cfg{N: 3, S: "s", D: []string{"d"}}
+	require.Equal(t, &defaults, ConfigWithDefaults(nil, defaults), "nil is all defaults")
+	in := &cfg{N: 7}
+	require.Equal(t, &cfg{N: 7, S: "s", D: []string{"d"}}, ConfigWithDefaults(in, defaults), "set fields are kept")
+	require.Equal(t, &cfg{N: 7}, in, "the receiver is not modified")
+}
+
+func TestCheckNotNegative(t *testing.T) {
+	t.Parallel()
+	type cfg struct {
+		N int
+		D time.Duration
+		S string
+	}
+	require.NoError(t, CheckNotNegative("p: Config", &cfg{}))
+	err := CheckNotNegative("p: Config", &cfg{N: -1, D: -time.Second})
+	require.ErrorContains(t, err, "p: Config.N must not be negative, got -1")
+	require.ErrorContains(t, err, "p: Config.D must not be negative, got -1s", "every field is named")
 }
