@@ -24,10 +24,10 @@ func Tx(ctx context.Context) (pgx.Tx, bool) {
 	return tx, ok
 }
 
-// BeginTx implements Store.BeginTx: it takes a connection from the pool for
-// a transaction whose lock_timeout is lockTimeout (PostgresConfig.LockTimeout
+// BeginTx implements server.Store.BeginTx: it takes a connection from the pool for
+// a transaction whose lock_timeout is lockTimeout (3s
 // when lockTimeout is 0), so a claim that waits longer on a concurrent
-// uncommitted claim of the same scope fails with ErrInFlight. ctx bounds only
+// uncommitted claim of the same scope fails with server.ErrInFlight. ctx bounds only
 // the wait for a connection; the caller must end the transaction with Commit
 // or Rollback.
 //
@@ -134,7 +134,7 @@ func (t *pgTx) begin(ctx context.Context) error {
 	return br.Close()
 }
 
-// Claim implements StoreTx.Claim. The first claim of the transaction
+// Claim implements server.StoreTx.Claim. The first claim of the transaction
 // travels with its BEGIN.
 func (t *pgTx) Claim(ctx context.Context, req server.ClaimRequest) (server.ClaimResult, error) {
 	if t.conn == nil {
@@ -188,7 +188,7 @@ type pgRowFunc func(dest ...any) error
 
 func (f pgRowFunc) Scan(dest ...any) error { return f(dest...) }
 
-// Complete implements StoreTx.Complete. It checks resp and queues the
+// Complete implements server.StoreTx.Complete. It checks resp and queues the
 // completion; Commit sends it with the COMMIT, in one round trip, and
 // returns server.ErrLeaseLost (having rolled back) if it matches no claim.
 func (t *pgTx) Complete(_ context.Context, sc server.Scope, token int64, now time.Time, resp *server.StoredResponse) error {
@@ -207,7 +207,7 @@ const pgCompleteInTx = `WITH u AS (` + pgComplete + `
 RETURNING 1)
 SELECT 1 / count(*) FROM u`
 
-// Commit implements StoreTx.Commit, sending a queued completion and the
+// Commit implements server.StoreTx.Commit, sending a queued completion and the
 // COMMIT in one round trip. When the COMMIT was sent but no answer came
 // back (the connection broke or ctx ended while it waited), the transaction
 // may or may not have committed: the error then wraps ErrOutcomeUnknown as
@@ -288,7 +288,7 @@ func (t *pgTx) end() {
 	t.complete = nil
 }
 
-// Rollback implements StoreTx.Rollback. It is a no-op after Commit or
+// Rollback implements server.StoreTx.Rollback. It is a no-op after Commit or
 // Rollback. A canceled ctx does not stop the rollback, but its deadline, or
 // rollbackTimeout, bounds it: a rollback that cannot reach the database
 // closes the connection, which ends the transaction too.
@@ -414,6 +414,6 @@ func (b pgErrBatch) QueryRow() pgx.Row {
 func (b pgErrBatch) Close() error { return b.err }
 func (b pgErrBatch) Tx() pgx.Tx   { return nil }
 
-// Handle implements StoreTx.Handle: the pgx.Tx, which fails with
+// Handle implements server.StoreTx.Handle: the pgx.Tx, which fails with
 // pgx.ErrTxClosed once the transaction ended.
 func (t *pgTx) Handle() any { return t.handle }

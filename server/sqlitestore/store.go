@@ -56,11 +56,6 @@ type Config struct {
 	// removes; Sweep repeats chunks until one is short. Defaults to
 	// 1000.
 	SweepChunkSize int
-	// BusyTimeout is how long a transactional-mode claim waits for the write
-	// lock, held by another transaction, when BeginTx is called with a lock
-	// timeout of 0. A longer wait fails with server.ErrStoreBusy. Defaults to
-	// 3s.
-	BusyTimeout time.Duration
 	// Logger receives warnings about cleanup that failed after the outcome
 	// of an operation was decided (a connection that could not be reset).
 	// Defaults to slog.Default().
@@ -72,7 +67,6 @@ type Config struct {
 func (c *Config) WithDefaults() *Config {
 	return sqlstore.ConfigWithDefaults(c, Config{
 		SweepChunkSize: sweepChunkSizeDefault,
-		BusyTimeout:    busyTimeoutDefault,
 		Logger:         slog.Default(),
 	})
 }
@@ -334,7 +328,7 @@ func Tx(ctx context.Context) (*sql.Tx, bool) {
 	return tx, ok
 }
 
-// Claim implements Store.Claim. The claim is one INSERT ... ON CONFLICT DO
+// Claim implements server.Store.Claim. The claim is one INSERT ... ON CONFLICT DO
 // UPDATE ... WHERE statement, committed on return. ctx cancels the statement.
 //
 // The claim first takes SQLite's write lock (BEGIN IMMEDIATE), waiting up
@@ -396,8 +390,8 @@ func (s *Store) discardConn(conn *sql.Conn) {
 	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 }
 
-// BeginTx implements Store.BeginTx. It takes a connection of its own and
-// sets its busy_timeout to lockTimeout (Config.BusyTimeout when
+// BeginTx implements server.Store.BeginTx. It takes a connection of its own and
+// sets its busy_timeout to lockTimeout (3s when
 // lockTimeout is 0) for the transaction's life, so a claim that waits longer
 // for the write lock fails with server.ErrStoreBusy. ctx bounds only the start of
 // the transaction; the caller must end it with Commit or Rollback.
@@ -408,7 +402,7 @@ func (s *Store) BeginTx(ctx context.Context, lockTimeout time.Duration) (server.
 		return nil, fmt.Errorf("idemkit/server: BeginTx: negative lock timeout %v", lockTimeout)
 	}
 	if lockTimeout == 0 {
-		lockTimeout = s.cfg.BusyTimeout
+		lockTimeout = busyTimeoutDefault
 	}
 	if err := s.checkFile(); err != nil {
 		return nil, err

@@ -99,12 +99,10 @@ func TestNewSQLiteStore_Validate(t *testing.T) {
 	b := setupSQLite(t)
 	_, err = sqlitestore.New(b.db, &sqlitestore.Config{SweepChunkSize: -1})
 	require.ErrorContains(t, err, "SweepChunkSize")
-	_, err = sqlitestore.New(b.db, &sqlitestore.Config{BusyTimeout: -time.Second})
-	require.ErrorContains(t, err, "BusyTimeout")
 
 	cfg := (*sqlitestore.Config)(nil).WithDefaults()
 	require.Equal(t, 1000, cfg.SweepChunkSize)
-	require.Equal(t, 3*time.Second, cfg.BusyTimeout)
+	require.NotNil(t, cfg.Logger)
 }
 
 func TestSQLiteStore_TxHandleIsSQLTx(t *testing.T) {
