@@ -2,12 +2,9 @@ package server
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"time"
-
-	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // heldClaim is a claim the middleware holds while the handler runs: a lease
@@ -141,68 +138,3 @@ func (l *lease) answerFailure(http.ResponseWriter, *http.Request, *recorder, err
 }
 
 func (l *lease) end() { l.stop() }
-
-// txClaim is the heldClaim of transactional mode: the claim, the handler's
-// effect and the stored response commit together in tx, or not at all.
-type txClaim struct {
-	m     *Middleware
-	ctx   context.Context // the request's, without its cancellation
-	tx    StoreTx
-	ev    *Event
-	token int64
-	op    string // the store call finish failed at
-}
-
-func (t *txClaim) finish(ctx context.Context, _ *http.Request, resp *StoredResponse) error {
-	callCtx, cancel := context.WithTimeout(ctx, t.m.cfg.StoreTimeout)
-	defer cancel()
-	t.op = "complete"
-	if err := t.tx.Complete(callCtx, t.ev.Scope, t.token, t.m.now(), resp); err != nil {
-		return err
-	}
-	t.op = "commit"
-	return t.tx.Commit(callCtx)
-}
-
-func (t *txClaim) abandon(context.Context, *http.Request) {
-	t.end()
-	t.ev.Released = true
-}
-
-func (t *txClaim) lostErr() error { return nil }
-
-func (t *txClaim) effectSurvivesFailure() bool { return false }
-
-// answerFailure answers a transaction that did not commit: 503, nothing was
-// applied; or, when the COMMIT's answer was lost, whatever the record shows.
-func (t *txClaim) answerFailure(w http.ResponseWriter, r *http.Request, rec *recorder, err error) bool {
-	m, ev := t.m, t.ev
-	t.end()
-	ev.StoreErrors = append(ev.StoreErrors, t.op)
-	if errors.Is(err, ErrOutcomeUnknown) {
-		m.commitUnknown(w, r, rec, ev.Scope, t.token, ev, err)
-		return true
-	}
-	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idemkit: transaction failed after the handler ran; its effect was rolled back",
-		scopeAttrs(ev.Scope, slog.String("op", t.op), slog.Any("error", err))...)
-	ev.Outcome, ev.Status, ev.Err = OutcomeStoreError, http.StatusServiceUnavailable, err
-	slug := wire.ProblemStoreUnavailable
-	if errors.Is(err, ErrStoreBusy) {
-		slug = wire.ProblemStoreBusy
-	}
-	writeProblem(w, http.StatusServiceUnavailable, slug,
-		"The result could not be committed, so nothing was applied. Retry with the same Idempotency-Key.", 1)
-	return true
-}
-
-// end rolls the transaction back; a no-op after Commit or Rollback. A
-// canceled request does not stop the rollback; Config.StoreTimeout bounds
-// it.
-func (t *txClaim) end() {
-	ctx, cancel := context.WithTimeout(t.ctx, t.m.cfg.StoreTimeout)
-	defer cancel()
-	if err := t.tx.Rollback(ctx); err != nil {
-		t.m.cfg.Logger.LogAttrs(t.ctx, slog.LevelWarn, "idemkit: rollback failed; the database ends the transaction when the connection closes",
-			scopeAttrs(t.ev.Scope, slog.Any("error", err))...)
-	}
-}

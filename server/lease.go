@@ -250,3 +250,64 @@ func attemptOf(res ClaimResult) Attempt {
 	}
 	return a
 }
+
+// serveLease runs a request in lease mode: the claim commits, with a
+// lease, before the handler runs.
+func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fp []byte, version int, ev *Event) {
+	ctx := r.Context()
+	if err := ctx.Err(); err != nil {
+		m.storeFailure(w, r, ev, "claim", err)
+		return
+	}
+	cleanup := context.WithoutCancel(ctx)
+	req := m.claimRequest(scope, fp, version, m.cfg.LeaseDuration)
+	// The claim commits on its own: a client that disconnects mid-statement
+	// must not leave a committed claim this process never learns about (and
+	// so never releases), so the claim runs on a context the request cannot
+	// cancel, bounded by Config.StoreTimeout instead.
+	claimCtx, cancelClaim := context.WithTimeout(cleanup, m.cfg.StoreTimeout)
+	t0 := time.Now()
+	res, err := m.store.Claim(claimCtx, req)
+	cancelClaim()
+	ev.ClaimDuration = time.Since(t0)
+	if err != nil {
+		m.storeFailure(w, r, ev, "claim", err)
+		return
+	}
+	if !res.Acquired {
+		m.answerExisting(w, r, res.Existing, fp, version, ev)
+		return
+	}
+	if err := ctx.Err(); err != nil {
+		// Claimed for a client that is gone: free the key at once rather
+		// than holding it for a whole lease.
+		m.release(cleanup, r, ev, res.Token)
+		m.storeFailure(w, r, ev, "claim", err)
+		return
+	}
+	m.acquired(ev, res)
+	hctx, cancelHandler := context.WithCancelCause(ctx)
+	defer cancelHandler(nil)
+	l := m.startLease(cleanup, ev, res.Token, t0, cancelHandler)
+	defer l.end()
+	m.runHeld(w, r.WithContext(context.WithValue(hctx, ctxKeyAttempt, attemptOf(res))), ctx, next, l, ev)
+}
+
+// release frees a lease-mode claim after a 5xx or a panic.
+func (m *Middleware) release(ctx context.Context, r *http.Request, ev *Event, token int64) {
+	scope := ev.Scope
+	ev.Released = true
+	callCtx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+	defer cancel()
+	err := m.store.Release(callCtx, scope, token)
+	if err == nil {
+		return
+	}
+	if errors.Is(err, ErrLeaseLost) {
+		ev.LeaseLost++
+	} else {
+		ev.StoreErrors = append(ev.StoreErrors, "release")
+	}
+	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "idemkit: could not release the claim; a retry waits for the lease to end",
+		scopeAttrs(scope, slog.Int64("token", token), slog.Any("error", err))...)
+}
