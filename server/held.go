@@ -42,9 +42,8 @@ const (
 // runHeld runs next under held, buffering its response, and ends the claim
 // by the handler's outcome: stored and sent, or abandoned. reqCtx is the
 // request's own context (r's may be the handler's, which a lost lease
-// cancels).
-func (m *Middleware) runHeld(w http.ResponseWriter, r *http.Request, reqCtx context.Context, next http.Handler, held heldClaim, ev *Event) {
-	cleanup := context.WithoutCancel(reqCtx)
+// cancels), cleanup the same without its cancellation.
+func (m *Middleware) runHeld(w http.ResponseWriter, r *http.Request, reqCtx, cleanup context.Context, next http.Handler, held heldClaim, ev *Event) {
 	rec := newRecorder(w, m.cfg.MaxResponseBytes)
 	// A body over MaxResponseBytes is not stored, so buffering it buys
 	// nothing: the outcome is stored without the body as soon as the body

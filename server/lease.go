@@ -290,7 +290,7 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 	defer cancelHandler(nil)
 	l := m.startLease(cleanup, ev, res.Token, t0, cancelHandler)
 	defer l.end()
-	m.runHeld(w, r.WithContext(context.WithValue(hctx, ctxKeyAttempt, attemptOf(res))), ctx, next, l, ev)
+	m.runHeld(w, r.WithContext(context.WithValue(hctx, ctxKeyAttempt, attemptOf(res))), ctx, cleanup, next, l, ev)
 }
 
 // release frees a lease-mode claim after a 5xx or a panic.

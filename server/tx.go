@@ -32,7 +32,8 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 		m.storeFailure(w, r, ev, "begin", err)
 		return
 	}
-	t := &txClaim{m: m, ctx: context.WithoutCancel(ctx), tx: tx, ev: ev}
+	cleanup := context.WithoutCancel(ctx)
+	t := &txClaim{m: m, ctx: cleanup, tx: tx, ev: ev}
 	defer t.end() // a no-op after Commit or Rollback
 	req := m.claimRequest(scope, fp, version, m.cfg.LockTimeout)
 	t0 := time.Now()
@@ -53,7 +54,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 	m.acquired(ev, res)
 	t.token = res.Token
 	hctx := context.WithValue(context.WithValue(ctx, ctxKeyTx, tx.Handle()), ctxKeyAttempt, attemptOf(res))
-	m.runHeld(w, r.WithContext(hctx), ctx, next, t, ev)
+	m.runHeld(w, r.WithContext(hctx), ctx, cleanup, next, t, ev)
 }
 
 // commitUnknown answers a transactional request whose COMMIT was sent but

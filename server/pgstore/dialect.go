@@ -52,7 +52,7 @@ SELECT $1, $2, $3, 'in_progress', $4, $5, 1,
     c.now + $7::bigint * interval '1 microsecond', c.now, c.now + $8::bigint * interval '1 microsecond'
 FROM c
 ` + sqlstore.ClaimConflict + `
-RETURNING token, created_at, (SELECT now FROM c)`
+RETURNING token, created_at <> (SELECT now FROM c)`
 
 	// pgClaimOrRead: see sqlstore.ClaimReader. It neither locks nor writes
 	// an existing row: a replay commits nothing.

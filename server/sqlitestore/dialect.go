@@ -33,7 +33,7 @@ const (
     (principal, endpoint, key, state, fingerprint, fingerprint_version, token, locked_until, created_at, expires_at)
 VALUES (?1, ?2, ?3, 'in_progress', ?4, ?5, 1, ?7, ?6, ?8)
 ` + sqlstore.ClaimConflict + `
-RETURNING token, created_at, ?6`
+RETURNING token, created_at <> ?6`
 
 	sqliteGet = `SELECT ` + sqlstore.RecordColumns + `
 FROM idempotency_keys
@@ -42,12 +42,12 @@ WHERE principal = ? AND endpoint = ? AND key = ? AND expires_at > ?`
 	sqliteComplete = `UPDATE idempotency_keys SET
     state = 'completed',
     locked_until = NULL,
-    response_status = ?1,
-    response_headers = ?2,
-    response_body = ?3,
-    response_body_omitted = ?4,
-    completed_at = ?5
-WHERE principal = ?6 AND endpoint = ?7 AND key = ?8 AND token = ?9 AND state = 'in_progress' AND expires_at > ?5`
+    response_status = ?,
+    response_headers = ?,
+    response_body = ?,
+    response_body_omitted = ?,
+    completed_at = ?
+WHERE principal = ? AND endpoint = ? AND key = ? AND token = ? AND state = 'in_progress' AND expires_at > ?`
 
 	sqliteRelease = `DELETE FROM idempotency_keys
 WHERE principal = ? AND endpoint = ? AND key = ? AND token = ? AND state = 'in_progress'`
@@ -86,8 +86,9 @@ func (dialect) Complete(sc server.Scope, token int64, now time.Time, resp sqlsto
 	if resp.Omitted {
 		omitted = 1
 	}
-	return sqliteComplete, []any{resp.Status, string(resp.Header), resp.Body, omitted, formatTime(now),
-		sc.Principal, sc.Endpoint, sc.Key, token}
+	nowText := formatTime(now) // plain ? placeholders: modernc reads the name of every numbered one
+	return sqliteComplete, []any{resp.Status, string(resp.Header), resp.Body, omitted, nowText,
+		sc.Principal, sc.Endpoint, sc.Key, token, nowText}
 }
 
 func (dialect) Release(sc server.Scope, token int64) (string, []any) {

@@ -32,11 +32,10 @@ type Row interface {
 type Dialect interface {
 	// Claim inserts a claim, or overwrites the existing row when it has
 	// expired, or takes over an in-progress row whose lease ran out and
-	// whose fingerprint matches. It returns the row's token, its
-	// created_at and the time the statement claimed at; no row means the
-	// live row blocked the claim. (created_at is kept on a takeover, so a
-	// created_at before the claim's time tells a takeover from a fresh
-	// claim.)
+	// whose fingerprint matches. It returns the row's token and whether
+	// its created_at differs from the time the statement claimed at
+	// (created_at is kept on a takeover, so this tells a takeover from a
+	// fresh claim); no row means the live row blocked the claim.
 	Claim(req server.ClaimRequest) (query string, args []any)
 	// Get reads the record of sc if it is live at now.
 	Get(sc server.Scope, now time.Time) (query string, args []any)

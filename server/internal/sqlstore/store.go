@@ -72,21 +72,13 @@ func (s *Store) Claim(ctx context.Context, q Querier, req server.ClaimRequest) (
 			}
 		}
 		var (
-			token          int64
-			createdAt, now timeCol
+			token int64
+			kept  bool // created_at is not the claim's time: kept by a takeover
 		)
 		query, args := s.d.Claim(req)
-		err := q.QueryRow(ctx, query, args...).Scan(&token, createdAt.dest(s.layout), now.dest(s.layout))
+		err := q.QueryRow(ctx, query, args...).Scan(&token, &kept)
 		if err == nil {
-			c, err := createdAt.time(s.layout)
-			if err != nil {
-				return server.ClaimResult{}, err
-			}
-			n, err := now.time(s.layout)
-			if err != nil {
-				return server.ClaimResult{}, err
-			}
-			return server.ClaimResult{Acquired: true, Token: token, TakenOver: token > 1 && !c.Equal(n)}, nil
+			return server.ClaimResult{Acquired: true, Token: token, TakenOver: token > 1 && kept}, nil
 		}
 		if err := s.d.InterpretError(err); !errors.Is(err, server.ErrRecordNotFound) {
 			return server.ClaimResult{}, err
