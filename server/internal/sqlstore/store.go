@@ -37,9 +37,6 @@ func New(d Dialect, chunkSize int) *Store {
 	return s
 }
 
-// Dialect returns the store's dialect.
-func (s *Store) Dialect() Dialect { return s.d }
-
 // Claim implements server.Store.Claim on q. With a ClaimReader dialect a
 // fresh scope is claimed, and a live record read, by one statement that
 // locks nothing; only an expired row or a lapsed lease takes the Claim
