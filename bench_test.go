@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -144,7 +145,8 @@ func BenchmarkDo(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			drain(resp)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
 		}
 	})
 }

@@ -65,17 +65,12 @@ const (
 // Config configures a [Client]. The zero value is valid: every field has a
 // default.
 type Config struct {
-	// HTTPClient is the transport engine. Its HTTPClient, Logger and log
-	// hooks are used; its CheckRetry, Backoff, RetryMax, PrepareRetry and
-	// ErrorHandler are replaced by the SDK's (go-retryablehttp's defaults
-	// do not jitter, do not retry 409 and do not cap Retry-After); its
-	// RetryWaitMin and RetryWaitMax are ignored (Backoff gets
-	// BackoffBaseDefault and BackoffCapDefault). Its http.Client is copied
-	// with Timeout set to AttemptTimeout (or kept if shorter) and, unless it
-	// sets CheckRedirect, redirects not followed (a 3xx is a definitive
-	// answer: following a 302 would turn a POST into a GET). Defaults to a
-	// client on a pooled transport of its own that Close releases.
-	HTTPClient *retryablehttp.Client
+	// HTTPClient sends the attempts. It is copied with Timeout set to
+	// AttemptTimeout (or kept if shorter) and, unless it sets
+	// CheckRedirect, redirects not followed (a 3xx is a definitive answer:
+	// following a 302 would turn a POST into a GET). Defaults to a client
+	// on a pooled transport of its own that Close releases.
+	HTTPClient *http.Client
 
 	// Window is the longest retention window the client relies on, for
 	// hosts whose Profile publishes none (Profile.Window replaces it for
@@ -203,10 +198,10 @@ type Config struct {
 	OnEventFunc func(e Event)
 
 	// Logger receives the client's logs: state changes (an intent ended)
-	// at INFO, each attempt and retry at DEBUG, problems at WARN. A
-	// *slog.Logger also satisfies go-retryablehttp's LeveledLogger, for
-	// HTTPClient.Logger. Defaults to slog.Default().
-	Logger *slog.Logger
+	// at INFO, each attempt and retry at DEBUG, problems at WARN. It is
+	// go-retryablehttp's LeveledLogger, which a *slog.Logger satisfies.
+	// Defaults to slog.Default().
+	Logger retryablehttp.LeveledLogger
 
 	// timeNowFunc is the clock (tests inject one). Defaults to a wall clock
 	// advanced by the monotonic clock.
@@ -336,7 +331,7 @@ type Client struct {
 	ownDB bool
 	httpc *http.Client
 	ownHC bool
-	log   *slog.Logger
+	log   retryablehttp.LeveledLogger
 
 	clockMu sync.Mutex
 	lastNow time.Time
@@ -543,12 +538,12 @@ func newClient(ctx context.Context, db *sql.DB, cfg *Config, busyRetry time.Dura
 
 func newHTTPClient(cfg *Config) (*http.Client, bool) {
 	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	if cfg.HTTPClient == nil || cfg.HTTPClient.HTTPClient == nil {
+	if cfg.HTTPClient == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = 16
 		return &http.Client{Transport: t, Timeout: cfg.AttemptTimeout, CheckRedirect: noRedirect}, true
 	}
-	hc := *cfg.HTTPClient.HTTPClient
+	hc := *cfg.HTTPClient
 	if hc.Timeout == 0 || hc.Timeout > cfg.AttemptTimeout {
 		hc.Timeout = cfg.AttemptTimeout
 	}

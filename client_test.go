@@ -474,10 +474,10 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return c.rt.RoundTrip(r)
 }
 
-// TestClient_OwnRetryableClient: a caller's go-retryablehttp client is the
-// transport engine, but the SDK's policy replaces its CheckRetry (which
-// would not retry 409) and its RetryMax.
-func TestClient_OwnRetryableClient(t *testing.T) {
+// TestClient_OwnHTTPClient: a caller's http.Client carries every attempt,
+// and the SDK's policy retries (its own 409 with Retry-After); the
+// caller's go-retryablehttp LeveledLogger sees every attempt.
+func TestClient_OwnHTTPClient(t *testing.T) {
 	t.Parallel()
 	var n atomic.Int32
 	srv := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -490,20 +490,31 @@ func TestClient_OwnRetryableClient(t *testing.T) {
 	})
 	tr := &countingTransport{rt: http.DefaultTransport.(*http.Transport).Clone()}
 	defer tr.rt.(*http.Transport).CloseIdleConnections()
-	rc := retryablehttp.NewClient()
-	rc.Logger = nil
-	rc.RetryMax = 0
-	rc.HTTPClient = &http.Client{Transport: tr}
-	var logged atomic.Int32
-	rc.RequestLogHook = func(retryablehttp.Logger, *http.Request, int) { logged.Add(1) }
+	logger := &countingLogger{}
 	cfg := testConfig()
-	cfg.HTTPClient = rc
+	cfg.HTTPClient = &http.Client{Transport: tr}
+	cfg.Logger = logger
 	b := setup(t, cfg, srv)
 	in, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL})
 	require.NoError(t, err)
 	require.Equal(t, 3, in.Attempts)
 	require.EqualValues(t, 3, tr.n.Load(), "the caller's transport carried every attempt")
-	require.EqualValues(t, 3, logged.Load(), "the caller's log hook saw every attempt")
+	require.EqualValues(t, 3, logger.attempts.Load(), "the caller's logger saw every attempt")
+}
+
+// countingLogger is a go-retryablehttp LeveledLogger counting the
+// client's attempt logs.
+type countingLogger struct{ attempts atomic.Int32 }
+
+var _ retryablehttp.LeveledLogger = (*countingLogger)(nil)
+
+func (l *countingLogger) Error(string, ...any) {}
+func (l *countingLogger) Info(string, ...any)  {}
+func (l *countingLogger) Warn(string, ...any)  {}
+func (l *countingLogger) Debug(msg string, _ ...any) {
+	if msg == "idemkit: attempt" {
+		l.attempts.Add(1)
+	}
 }
 
 // TestDo_Replayed422IsFailedNotKeyReused: a 422 replayed from the server's

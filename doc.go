@@ -65,8 +65,10 @@
 // are slept, context-aware (by a Run worker only while no other intent is
 // due); longer ones are written to the queue as the intent's next attempt
 // time and the worker moves on. Config.MaxAttempts bounds the attempts one
-// Client makes per intent. go-retryablehttp is the
-// transport engine; its CheckRetry and Backoff are replaced by these.
+// Client makes per intent. Each claimed intent is driven by one loop
+// (attempt, classify, persist, then wait or return) over Config.HTTPClient;
+// go-retryablehttp supplies the classification of transport errors no
+// retry can fix and the LeveledLogger interface of Config.Logger.
 //
 // # Other APIs
 //

@@ -81,7 +81,9 @@ type Intent struct {
 	// same key again with a different fingerprint is ErrKeyReused.
 	Fingerprint []byte
 
-	Attempts      int
+	Attempts int
+	// NextAttemptAt is when the next attempt may start: the due time, or,
+	// while a process holds the intent's lease, the lease's end if later.
 	NextAttemptAt time.Time
 	// FirstAttemptAt is zero until the first attempt starts.
 	FirstAttemptAt time.Time
@@ -360,13 +362,14 @@ type row struct {
 	createdAt, updatedAt              string
 	instance                          *string
 	credentialHeaders                 *string
+	leasedUntil                       *string
 }
 
 // rowColumns lists the columns scanned into a row, in scan order.
 const rowColumns = `id, key, state, method, url, host, header, body, fingerprint, attempts,
 	next_attempt_at, first_attempt_at, horizon, lease_token, outcome_status, outcome_header,
 	outcome_body, outcome_replayed, outcome_key_reused, last_error, created_at, updated_at, instance,
-	credential_headers`
+	credential_headers, leased_until`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -375,7 +378,7 @@ func scanRow(s scanner) (*row, error) {
 	err := s.Scan(&r.id, &r.key, &r.state, &r.method, &r.url, &r.host, &r.header, &r.body, &r.fp,
 		&r.attempts, &r.nextAttemptAt, &r.firstAttemptAt, &r.horizon, &r.leaseToken, &r.outcomeStatus,
 		&r.outcomeHeader, &r.outcomeBody, &r.outcomeReplayed, &r.outcomeKeyReused, &r.lastError, &r.createdAt, &r.updatedAt, &r.instance,
-		&r.credentialHeaders)
+		&r.credentialHeaders, &r.leasedUntil)
 	return r, err
 }
 
@@ -426,7 +429,7 @@ func decodeIntent(r *row) (*Intent, error) {
 		return nil, bad("header", err)
 	}
 	in.Header = h
-	var t time.Time
+	var t, leasedUntil time.Time
 	for _, f := range []struct {
 		dst  *time.Time
 		src  *string
@@ -437,6 +440,7 @@ func decodeIntent(r *row) (*Intent, error) {
 		{&in.Horizon, r.horizon, "horizon"},
 		{&in.CreatedAt, &r.createdAt, "created_at"},
 		{&in.UpdatedAt, &r.updatedAt, "updated_at"},
+		{&leasedUntil, r.leasedUntil, "leased_until"},
 	} {
 		if f.src == nil {
 			continue
@@ -445,6 +449,9 @@ func decodeIntent(r *row) (*Intent, error) {
 			return nil, bad(f.name, err)
 		}
 		*f.dst = t
+	}
+	if leasedUntil.After(in.NextAttemptAt) {
+		in.NextAttemptAt = leasedUntil // held: due when the lease ends
 	}
 	if r.outcomeStatus != nil {
 		st := *r.outcomeStatus

@@ -136,7 +136,7 @@ func TestMigrate_From001(t *testing.T) {
 
 	c, err := Open(ctx, path, testConfig())
 	require.NoError(t, err)
-	require.Equal(t, []int{1, 2, 3, 4, 5}, migrationVersions(t, db))
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6}, migrationVersions(t, db))
 	for table, rows := range before {
 		after, _ := snapshot(t, db, table, columns[table])
 		require.Equal(t, rows, after, "%s is unchanged by the migration", table)
@@ -185,7 +185,7 @@ func TestMigrate_From001(t *testing.T) {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	c2 := (&testBundle{path: path}).reopen(t, testConfig())
-	require.Equal(t, []int{1, 2, 3, 4, 5}, migrationVersions(t, db))
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6}, migrationVersions(t, db))
 	in, err := c2.Do(ctx, &Request{URL: srv.URL + "/new-charge", Key: "after-migration"})
 	require.NoError(t, err)
 	require.Equal(t, StateSucceeded, in.State)
@@ -251,7 +251,7 @@ func TestQueue_LeaseOwnerLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, cl)
 	require.Equal(t, b.c.q.owner, *ownerOf(later.ID))
-	got, err := b.c.drive(ctx, cl)
+	got, err := b.c.send(ctx, cl, false)
 	require.NoError(t, err)
 	require.True(t, got.NextAttemptAt.After(time.Now().Add(30*time.Minute)))
 	require.Nil(t, ownerOf(later.ID), "a persisted wait holds no lease")
@@ -270,7 +270,7 @@ func TestQueue_LeaseOwnerLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	cl, err = b.c.q.claim(ctx, rel.ID, time.Now(), time.Minute, b.c.plan(time.Now()))
 	require.NoError(t, err)
-	require.NoError(t, b.c.q.reschedule(ctx, rel.ID, cl.token, time.Now(), time.Now(), time.Time{}, nil, "released", false))
+	require.NoError(t, b.c.q.reschedule(ctx, cl.lease, time.Now(), wait{due: time.Now(), lastErr: "released"}))
 	require.Nil(t, ownerOf(rel.ID))
 
 	// A 001 client's claim (token moved, holder not named) clears the name
@@ -313,4 +313,61 @@ func TestQueueSchemaVersion_IsTheLastMigration(t *testing.T) {
 	var v int
 	require.NoError(t, rawDB(t, b.path).QueryRow(`SELECT MAX(version) FROM idemkit_client_migrations`).Scan(&v))
 	require.Equal(t, QueueSchemaVersion, v)
+}
+
+// TestMigrate_LeaseEndMovesToLeasedUntil: a queue file at schema 005, with
+// an intent leased by a named holder (its next_attempt_at the lease's
+// end) and one merely due, is migrated by 006: the lease's end moves to
+// leased_until, due times stay, the leased intent is not claimable before
+// its lease ends and the other is.
+func TestMigrate_LeaseEndMovesToLeasedUntil(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	path := filepath.Join(t.TempDir(), "queue.db")
+	db := rawDB(t, path)
+	_, err := db.ExecContext(ctx, migrationsTable)
+	require.NoError(t, err)
+	for v, name := range []string{"001_create_queue", "002_lease_owner", "003_outcome_key_reused", "004_instance", "005_credential_headers"} {
+		script, err := schemaFS.ReadFile("schema/" + name + ".sql")
+		require.NoError(t, err)
+		_, err = db.ExecContext(ctx, string(script))
+		require.NoError(t, err)
+		_, err = db.ExecContext(ctx, `INSERT INTO idemkit_client_migrations (version, applied_at) VALUES (?, ?)`, v+1, formatTime(time.Now()))
+		require.NoError(t, err)
+	}
+	now := time.Now()
+	past, leaseEnd := formatTime(now.Add(-time.Hour)), formatTime(now.Add(10*time.Minute))
+	for _, r := range []struct {
+		id, next string
+		owner    any
+	}{{"held", leaseEnd, "h/1/1"}, {"due", past, nil}} {
+		_, err := db.ExecContext(ctx, `INSERT INTO idemkit_intents (id, key, state, method, url, host, header, body, fingerprint,
+			attempts, next_attempt_at, lease_token, lease_owner, created_at, updated_at)
+			VALUES (?, ?, 'pending', 'POST', 'http://127.0.0.1:1/charges', 'http://127.0.0.1:1', X'7B7D', X'', X'00', 1, ?, 1, ?, ?, ?)`,
+			r.id, "key-"+r.id, r.next, r.owner, past, past)
+		require.NoError(t, err)
+	}
+
+	c, err := Open(ctx, path, testConfig())
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6}, migrationVersions(t, db))
+	for id, want := range map[string]struct{ next, until any }{
+		"held": {leaseEnd, leaseEnd},
+		"due":  {past, nil},
+	} {
+		var next string
+		var until any
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT next_attempt_at, leased_until FROM idemkit_intents WHERE id = ?`, id).Scan(&next, &until))
+		require.Equal(t, want.next, next, "%s: due time kept", id)
+		require.Equal(t, want.until, until, "%s: leased_until", id)
+	}
+	held := mustGet(t, c, "held")
+	require.Equal(t, leaseEnd, formatTime(held.NextAttemptAt), "a held intent is next attempted when its lease ends")
+	cl, err := c.q.claim(ctx, "held", now, time.Minute, c.plan(now))
+	require.NoError(t, err)
+	require.Nil(t, cl, "still leased")
+	cl, err = c.q.claim(ctx, "due", now, time.Minute, c.plan(now))
+	require.NoError(t, err)
+	require.NotNil(t, cl, "due and not leased")
 }

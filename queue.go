@@ -207,7 +207,7 @@ func (q *queue) begin(ctx context.Context, conn *sql.Conn) error {
 // QueueSchemaVersion is the version of the queue schema this package
 // writes: the number of its last migration (idemkit_client_migrations).
 // A queue migrated by a newer version may hold a higher one.
-const QueueSchemaVersion = 5
+const QueueSchemaVersion = 6
 
 const migrationsTable = `CREATE TABLE IF NOT EXISTS idemkit_client_migrations (
 	version    INTEGER PRIMARY KEY,
@@ -269,15 +269,21 @@ const (
 
 	// sqlSelectDue is the indexed due lookup (idemkit_intents_due), of
 	// this instance's intents only (?2 the recorded origin, ?3 self).
+	// A leased intent is skipped until its lease ends (a few rows: one
+	// per intent in flight).
 	sqlSelectDue = `SELECT ` + rowColumns + ` FROM idemkit_intents
-	WHERE state = 'pending' AND next_attempt_at <= ?1 AND COALESCE(instance, ?2) = ?3
+	WHERE state = 'pending' AND next_attempt_at <= ?1 AND COALESCE(leased_until, '') <= ?1
+	AND COALESCE(instance, ?2) = ?3
 	AND id NOT IN (SELECT value FROM json_each(?4))
 	ORDER BY next_attempt_at LIMIT 1`
 
 	sqlSelectDueID = `SELECT ` + rowColumns + ` FROM idemkit_intents
-	WHERE id = ? AND state = 'pending' AND next_attempt_at <= ?`
+	WHERE id = ?1 AND state = 'pending' AND next_attempt_at <= ?2 AND COALESCE(leased_until, '') <= ?2`
 
-	sqlNextDue = `SELECT MIN(next_attempt_at) FROM idemkit_intents WHERE state = 'pending' AND COALESCE(instance, ?1) = ?2
+	// sqlNextDue is the earliest time a pending intent can be claimed:
+	// its due time, or its lease's end if that is later.
+	sqlNextDue = `SELECT MIN(MAX(next_attempt_at, COALESCE(leased_until, ''))) FROM idemkit_intents
+	WHERE state = 'pending' AND COALESCE(instance, ?1) = ?2
 	AND id NOT IN (SELECT value FROM json_each(?3))`
 
 	sqlHostWindow = `SELECT window_seconds FROM idemkit_hosts WHERE host = ?`
@@ -293,7 +299,7 @@ const (
 		attempts = attempts + 1,
 		first_attempt_at = COALESCE(first_attempt_at, ?1),
 		horizon = CASE WHEN horizon IS NULL OR horizon > ?2 THEN ?2 ELSE horizon END,
-		next_attempt_at = ?3,
+		leased_until = ?3,
 		updated_at = ?1
 	WHERE id = ?4 AND state = 'pending'
 	RETURNING lease_token, attempts, first_attempt_at, horizon`
@@ -303,7 +309,7 @@ const (
 		attempts = attempts + 1,
 		lease_owner = ?6,
 		horizon = CASE WHEN horizon IS NULL OR horizon > ?2 THEN ?2 ELSE horizon END,
-		next_attempt_at = ?3,
+		leased_until = ?3,
 		updated_at = ?1
 	WHERE id = ?4 AND lease_token = ?5 AND state = 'pending'
 	RETURNING attempts, horizon`
@@ -313,21 +319,23 @@ const (
 	sqlFinishAttempt = `UPDATE idemkit_attempts SET finished_at = ?, status = ?, error = ?, replayed = ?
 	WHERE intent_id = ? AND n = ?`
 
-	// sqlReschedule keeps the intent pending and sets its next attempt time
-	// (also used to extend the lease across an in-process sleep, owner kept,
-	// and to release it, owner NULL).
+	// sqlReschedule keeps the intent pending, due at ?1; leased until ?2
+	// by ?3 (an in-process sleep) or, both NULL, by nobody.
 	sqlReschedule = `UPDATE idemkit_intents SET
-		next_attempt_at = ?1, last_error = ?2, updated_at = ?3, lease_owner = ?7,
-		horizon = CASE WHEN ?4 IS NULL OR horizon IS NULL OR horizon <= ?4 THEN horizon ELSE ?4 END
-	WHERE id = ?5 AND lease_token = ?6 AND state = 'pending'`
+		next_attempt_at = ?1, leased_until = ?2, lease_owner = ?3, last_error = ?4, updated_at = ?5
+	WHERE id = ?6 AND lease_token = ?7 AND state = 'pending'`
+
+	// sqlShortenHorizon moves a stored horizon earlier (a window learned).
+	sqlShortenHorizon = `UPDATE idemkit_intents SET horizon = ?1 WHERE id = ?2 AND horizon > ?1`
 
 	sqlFinish = `UPDATE idemkit_intents SET
 		state = ?1, outcome_status = ?2, outcome_header = ?3, outcome_body = ?4, outcome_replayed = ?5,
-		outcome_key_reused = ?10, last_error = ?6, updated_at = ?7, next_attempt_at = ?7, lease_owner = NULL
+		outcome_key_reused = ?10, last_error = ?6, updated_at = ?7, next_attempt_at = ?7, lease_owner = NULL,
+		leased_until = NULL
 	WHERE id = ?8 AND lease_token = ?9 AND state = 'pending'`
 
 	sqlCancel = `UPDATE idemkit_intents SET state = 'canceled', last_error = 'canceled', updated_at = ?1, next_attempt_at = ?1,
-		lease_owner = NULL
+		lease_owner = NULL, leased_until = NULL
 	WHERE id = ?2 AND state = 'pending'`
 
 	sqlQuarantine = `UPDATE idemkit_intents SET next_attempt_at = ? WHERE id = ?`
@@ -487,27 +495,38 @@ func queuedIntent(ctx context.Context, ex execer, p *prepared) (*Intent, error) 
 // started (unless expired is set: the horizon had passed and the intent was
 // marked expired instead).
 type claimed struct {
+	lease
 	in      *Intent
-	token   int64
 	attempt int
 	expired bool
+	// hz is the intent's effective window and horizon, as planned at the
+	// claim.
+	hz horizon
 }
 
-// planFunc computes the horizon for an intent about to be attempted, given
-// the window last learned for its host (0 if none).
-type planFunc func(in *Intent, hostWindow time.Duration) time.Time
+// lease names one claim of an intent: the intent and the fencing token
+// the claim took. Every write under the claim checks the token.
+type lease struct {
+	id    string
+	token int64
+}
+
+// planFunc computes the effective window and the horizon for an intent
+// about to be attempted, given the window last learned for its host (0 if
+// none).
+type planFunc func(in *Intent, hostWindow time.Duration) horizon
 
 // claim takes the lease of the due intent with the given id, or of the
 // earliest due intent when id is empty, and starts its attempt, in one
 // transaction. It returns nil, nil when nothing is due.
-func (q *queue) claim(ctx context.Context, id string, now time.Time, lease time.Duration, plan planFunc) (*claimed, error) {
-	return q.claimTx(ctx, id, nil, now, lease, plan)
+func (q *queue) claim(ctx context.Context, id string, now time.Time, leaseFor time.Duration, plan planFunc) (*claimed, error) {
+	return q.claimTx(ctx, id, nil, now, leaseFor, plan)
 }
 
 // insertClaim inserts an intent and claims it in the same transaction (one
 // fsync, not two: Do). If the key was already queued with the same request,
 // it claims that intent if it is due; it returns the intent either way.
-func (q *queue) insertClaim(ctx context.Context, p *prepared, id string, now time.Time, lease time.Duration, plan planFunc) (*Intent, *claimed, error) {
+func (q *queue) insertClaim(ctx context.Context, p *prepared, id string, now time.Time, leaseFor time.Duration, plan planFunc) (*Intent, *claimed, error) {
 	var in *Intent
 	cl, err := q.claimTx(ctx, "", func(ex execer) (string, error) {
 		var err error
@@ -516,7 +535,7 @@ func (q *queue) insertClaim(ctx context.Context, p *prepared, id string, now tim
 			return "", err
 		}
 		return in.ID, nil
-	}, now, lease, plan)
+	}, now, leaseFor, plan)
 	var fe *ForeignIntentError
 	if errors.As(err, &fe) {
 		return in, nil, err // committed: the intent is queued, elsewhere's
@@ -529,7 +548,7 @@ func (q *queue) insertClaim(ctx context.Context, p *prepared, id string, now tim
 
 // claimTx is claim; insert, if not nil, runs first in the same transaction
 // and returns the id to claim.
-func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (string, error), now time.Time, lease time.Duration, plan planFunc) (*claimed, error) {
+func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (string, error), now time.Time, leaseFor time.Duration, plan planFunc) (*claimed, error) {
 	var out *claimed
 	var decodeErr error
 	err := q.inTx(ctx, func(ex execer) error {
@@ -569,7 +588,8 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 		if err := ex.QueryRowContext(ctx, sqlHostWindow, r.host).Scan(&winSec); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		horizon := plan(in, time.Duration(winSec)*time.Second)
+		hz := plan(in, time.Duration(winSec)*time.Second)
+		horizon := hz.at
 		ts := formatTime(now)
 		if now.After(horizon) {
 			// Never attempted past the horizon: expire under the current
@@ -582,13 +602,13 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 				return err
 			}
 			in.State, in.LastError, in.UpdatedAt = StateExpired, msg, now.Truncate(time.Millisecond)
-			out = &claimed{in: in, token: r.leaseToken, expired: true}
+			out = &claimed{lease: lease{in.ID, r.leaseToken}, in: in, expired: true, hz: hz}
 			return nil
 		}
-		var first, hz string
-		c := &claimed{in: in}
-		if err := ex.QueryRowContext(ctx, sqlClaim, ts, formatTime(horizon), formatTime(now.Add(lease)), in.ID, q.owner).
-			Scan(&c.token, &c.attempt, &first, &hz); err != nil {
+		var first, stored string
+		c := &claimed{lease: lease{id: in.ID}, in: in, hz: hz}
+		if err := ex.QueryRowContext(ctx, sqlClaim, ts, formatTime(horizon), formatTime(now.Add(leaseFor)), in.ID, q.owner).
+			Scan(&c.token, &c.attempt, &first, &stored); err != nil {
 			return err
 		}
 		if _, err := ex.ExecContext(ctx, sqlInsertAttempt, in.ID, c.attempt, c.token, ts); err != nil {
@@ -596,7 +616,8 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 		}
 		in.Attempts = c.attempt
 		in.FirstAttemptAt, _ = parseTime(first)
-		in.Horizon, _ = parseTime(hz)
+		in.Horizon, _ = parseTime(stored)
+		c.hz.at = in.Horizon
 		out = c
 		return nil
 	})
@@ -611,19 +632,19 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 
 // startAttempt starts a retry within a lease already held: it fails with
 // errLeaseLost if the token is no longer current.
-func (q *queue) startAttempt(ctx context.Context, id string, token int64, now, horizon, leaseUntil time.Time) (int, time.Time, error) {
+func (q *queue) startAttempt(ctx context.Context, l lease, now, horizon, leasedUntil time.Time) (int, time.Time, error) {
 	var n int
 	var hz string
 	err := q.inTx(ctx, func(ex execer) error {
 		ts := formatTime(now)
-		err := ex.QueryRowContext(ctx, sqlStartAttempt, ts, formatTime(horizon), formatTime(leaseUntil), id, token, q.owner).Scan(&n, &hz)
+		err := ex.QueryRowContext(ctx, sqlStartAttempt, ts, formatTime(horizon), formatTime(leasedUntil), l.id, l.token, q.owner).Scan(&n, &hz)
 		if errors.Is(err, sql.ErrNoRows) {
 			return errLeaseLost
 		}
 		if err != nil {
 			return err
 		}
-		_, err = ex.ExecContext(ctx, sqlInsertAttempt, id, n, token, ts)
+		_, err = ex.ExecContext(ctx, sqlInsertAttempt, l.id, n, l.token, ts)
 		return err
 	})
 	if err != nil {
@@ -657,8 +678,10 @@ type attemptResult struct {
 	status   int
 	errText  string
 	replayed bool
-	// learned is the Idempotency-Window the response advertised, if any.
+	// learned is the Idempotency-Window the response advertised, if any,
+	// and horizon the intent's horizon after it (zero: unchanged).
 	learned time.Duration
+	horizon time.Time
 	host    string
 }
 
@@ -675,29 +698,42 @@ func (q *queue) logAttempt(ctx context.Context, ex execer, id string, now time.T
 			return err
 		}
 	}
+	if !a.horizon.IsZero() {
+		if _, err := ex.ExecContext(ctx, sqlShortenHorizon, formatTime(a.horizon), id); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-// reschedule logs the attempt and keeps the intent pending until next;
-// horizon, when not zero, shortens the stored horizon. With hold, this
-// process keeps the lease until next (an in-process sleep); without, the
-// lease is released and next is a plain due time.
-func (q *queue) reschedule(ctx context.Context, id string, token int64, now, next, horizon time.Time, a *attemptResult, lastErr string, hold bool) error {
+// wait is what a claim writes when its intent must wait for its next
+// attempt: when it is due, and whether this process keeps the lease over
+// the wait.
+type wait struct {
+	due time.Time
+	// leasedUntil, if not zero, keeps the lease until then (an in-process
+	// sleep); zero releases it.
+	leasedUntil time.Time
+	// attempt is the attempt to log, if any; lastErr the intent's last
+	// error.
+	attempt *attemptResult
+	lastErr string
+}
+
+// reschedule logs w's attempt and keeps the intent pending until w.due.
+// It fails with errLeaseLost if l's token is no longer current.
+func (q *queue) reschedule(ctx context.Context, l lease, now time.Time, w wait) error {
 	return q.inTx(ctx, func(ex execer) error {
-		if a != nil {
-			if err := q.logAttempt(ctx, ex, id, now, a); err != nil {
+		if w.attempt != nil {
+			if err := q.logAttempt(ctx, ex, l.id, now, w.attempt); err != nil {
 				return err
 			}
 		}
-		var hz any
-		if !horizon.IsZero() {
-			hz = formatTime(horizon)
+		var until, owner any
+		if !w.leasedUntil.IsZero() {
+			until, owner = formatTime(w.leasedUntil), q.owner
 		}
-		var owner any
-		if hold {
-			owner = q.owner
-		}
-		res, err := ex.ExecContext(ctx, sqlReschedule, formatTime(next), lastErr, formatTime(now), hz, id, token, owner)
+		res, err := ex.ExecContext(ctx, sqlReschedule, formatTime(w.due), until, owner, w.lastErr, formatTime(now), l.id, l.token)
 		if err != nil {
 			return err
 		}
@@ -717,10 +753,10 @@ func (q *queue) reschedule(ctx context.Context, id string, token int64, now, nex
 // server's stored answer. The intent itself and its attempt were fsynced
 // before the first byte was sent. Every other terminal state (no answer:
 // expired, failed before sending) keeps the fsync.
-func (q *queue) finish(ctx context.Context, id string, token int64, now time.Time, state IntentState, o *Outcome, lastErr string, a *attemptResult) error {
+func (q *queue) finish(ctx context.Context, l lease, now time.Time, state IntentState, o *Outcome, lastErr string, a *attemptResult) error {
 	return q.tx(ctx, o != nil, func(ex execer) error {
 		if a != nil {
-			if err := q.logAttempt(ctx, ex, id, now, a); err != nil {
+			if err := q.logAttempt(ctx, ex, l.id, now, a); err != nil {
 				return err
 			}
 		}
@@ -732,7 +768,7 @@ func (q *queue) finish(ctx context.Context, id string, token int64, now time.Tim
 				body = []byte{}
 			}
 		}
-		res, err := ex.ExecContext(ctx, sqlFinish, string(state), st, hdr, body, rep, lastErr, formatTime(now), id, token, reused)
+		res, err := ex.ExecContext(ctx, sqlFinish, string(state), st, hdr, body, rep, lastErr, formatTime(now), l.id, l.token, reused)
 		if err != nil {
 			return err
 		}
@@ -893,7 +929,7 @@ func (q *queue) makeDue(ctx context.Context, ids []string, now time.Time) (int, 
 			args = append(args, id)
 		}
 		res, err := ex.ExecContext(ctx, `UPDATE idemkit_intents SET next_attempt_at = ?1
-		WHERE state = 'pending' AND lease_owner IS NULL AND next_attempt_at > ?1
+		WHERE state = 'pending' AND lease_owner IS NULL AND leased_until IS NULL AND next_attempt_at > ?1
 		AND id IN (?`+strings.Repeat(",?", len(ids)-1)+`)`, args...)
 		if err != nil {
 			return err
@@ -911,8 +947,9 @@ func (q *queue) makeDueBy(ctx context.Context, id string, t time.Time) error {
 	return err
 }
 
-// nextDue returns the earliest next_attempt_at of a pending intent, or the
-// zero time when none is pending (intents claims skip are left out).
+// nextDue returns the earliest time a pending intent can be claimed (its
+// due time, or its lease's end if later), or the zero time when none is
+// pending (intents claims skip are left out).
 func (q *queue) nextDue(ctx context.Context) (time.Time, error) {
 	var s *string
 	if err := q.db.QueryRowContext(ctx, sqlNextDue, q.origin, q.self, q.skipped()).Scan(&s); err != nil {

@@ -6,10 +6,11 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hashicorp/go-retryablehttp"
 )
 
 // CheckRetryFunc decides, after each attempt, whether to retry. It is called
@@ -44,7 +45,8 @@ const (
 // idemkit server's in-flight problem, Stripe's idempotency_key_in_use):
 // a handler's own "invoice already paid" 409 is not retried for a day. It
 // gives up on errors no retry can fix (an unsupported scheme, a bad TLS
-// certificate, too many redirects) and when ctx ends. Anything else is a
+// certificate, too many redirects, an invalid header: go-retryablehttp's
+// classification) and when ctx ends. Anything else is a
 // definitive answer. The Client never calls it for a replayed answer,
 // which is always final.
 func DefaultCheckRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
@@ -73,13 +75,13 @@ func DefaultCheckRetry(ctx context.Context, resp *http.Response, err error) (boo
 	return false, nil
 }
 
+// permanentTransportError reports a transport error no retry can fix, as
+// go-retryablehttp classifies them (too many redirects, an unsupported
+// scheme, an invalid header, a certificate that is not trusted), and a
+// certificate error wrapped in anything else.
 func permanentTransportError(err error) bool {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		msg := ue.Err.Error()
-		if strings.Contains(msg, "unsupported protocol scheme") || strings.Contains(msg, "stopped after") {
-			return true
-		}
+	if retry, _ := retryablehttp.ErrorPropagatedRetryPolicy(context.Background(), nil, err); !retry {
+		return true
 	}
 	var unknownCA x509.UnknownAuthorityError
 	var hostname x509.HostnameError

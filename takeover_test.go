@@ -217,7 +217,7 @@ func TestClient_TakeOverChoosesLeases(t *testing.T) {
 	}
 	db := rawDB(t, b.path)
 	for name, r := range rows {
-		_, err := db.ExecContext(ctx, `UPDATE idemkit_intents SET lease_token = 7, attempts = 1, lease_owner = ?, next_attempt_at = ? WHERE key = ?`,
+		_, err := db.ExecContext(ctx, `UPDATE idemkit_intents SET lease_token = 7, attempts = 1, lease_owner = ?, next_attempt_at = ?2, leased_until = ?2 WHERE key = ?3`,
 			r.owner, r.next, name)
 		require.NoError(t, err)
 	}
@@ -276,7 +276,7 @@ func TestClient_TakeOverChoosesLeases(t *testing.T) {
 	// One intent by id, as Do does it.
 	in, err := b.c.Submit(ctx, &Request{URL: "http://127.0.0.1:1/by-id", Key: "by-id"})
 	require.NoError(t, err)
-	_, err = db.ExecContext(ctx, `UPDATE idemkit_intents SET lease_token = 3, lease_owner = ?, next_attempt_at = ? WHERE id = ?`,
+	_, err = db.ExecContext(ctx, `UPDATE idemkit_intents SET lease_token = 3, lease_owner = ?, next_attempt_at = ?2, leased_until = ?2 WHERE id = ?3`,
 		dead.String(), leaseEnd, in.ID)
 	require.NoError(t, err)
 	b.c.takeOver(ctx, in.ID)

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/go-retryablehttp"
-
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/server"
 )
@@ -77,7 +75,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	// the restarted client does not wait for the killed one's lease, it
 	// sees that its holder is dead.
 	c, err := idemkit.Open(ctx, *queue, &idemkit.Config{
-		HTTPClient: &retryablehttp.Client{HTTPClient: &http.Client{Transport: &tracingTransport{base: tr, em: em}}},
+		HTTPClient: &http.Client{Transport: &tracingTransport{base: tr, em: em}},
 		// Credentials are never written to the queue: a resumed intent gets
 		// them from the hook, at send time.
 		SendHookFunc: func(_ string, r *http.Request) error {

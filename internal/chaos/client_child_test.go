@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/go-retryablehttp"
-
 	"github.com/idemkit/idemkit"
 )
 
@@ -80,7 +78,7 @@ func childConfig(s clientSpec, transport http.RoundTripper) *idemkit.Config {
 		},
 	}
 	if transport != nil {
-		cfg.HTTPClient = &retryablehttp.Client{HTTPClient: &http.Client{Transport: transport}}
+		cfg.HTTPClient = &http.Client{Transport: transport}
 	}
 	return cfg
 }
