@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
 )
 
@@ -527,4 +528,76 @@ func resumedIntent(t *testing.T, s *e2eServer, queue, key string) (*Client, *Int
 		require.Equal(t, key, k)
 	}
 	return c, in
+}
+
+// TestE2E_Handler422FreshAndReplayedAgree: a handler's own 422 (a
+// validation failure, not key reuse) is stored by the real server; the
+// first answer and its replay to another queue sending the same key and
+// request map to the same Go error, ErrFailed, never ErrKeyReused (the
+// profile reads the problem type through the wire contract, not the
+// status).
+func TestE2E_Handler422FreshAndReplayedAgree(t *testing.T) {
+	t.Parallel()
+	s := newE2EServer(t, nil)
+	s.answer = func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		fmt.Fprint(w, `{"error":"amount must be positive"}`)
+	}
+	cfg := testConfig()
+	cfg.SendHookFunc = authHook
+	var errs []error
+	for _, replayed := range []bool{false, true} {
+		b := setup(t, cfg, nil) // a queue of its own: the server decides
+		req := charge(s.srv.URL)
+		req.Key = "handler-422"
+		in, err := b.c.Do(testCtx(t), req)
+		require.ErrorIs(t, err, ErrFailed, "replayed %v", replayed)
+		require.NotErrorIs(t, err, ErrKeyReused, "replayed %v", replayed)
+		require.Equal(t, replayed, in.Outcome.Replayed)
+		require.Equal(t, http.StatusUnprocessableEntity, in.Outcome.Status)
+		errs = append(errs, errors.Unwrap(err))
+		// Read back from the file, it is the same error.
+		c2 := b.reopen(t, cfg)
+		stored, err := c2.Wait(testCtx(t), in.ID)
+		require.ErrorIs(t, err, ErrFailed)
+		require.NotErrorIs(t, err, ErrKeyReused)
+		require.Equal(t, StateFailed, stored.State)
+	}
+	require.Equal(t, errs[0], errs[1], "fresh and replayed map to one error")
+	require.EqualValues(t, 1, s.effects.Load(), "the handler ran once")
+}
+
+// TestE2E_KeyReusedFreshAndReplayed: the real server's key-reuse 422 (the
+// wire contract's key-reused problem type) maps to ErrKeyReused when it
+// arrives, when the queue file is read back after a restart, and when the
+// same reused key is sent again and answered again.
+func TestE2E_KeyReusedFreshAndReplayed(t *testing.T) {
+	t.Parallel()
+	s := newE2EServer(t, nil)
+	cfg := testConfig()
+	cfg.SendHookFunc = authHook
+	b := setup(t, cfg, nil)
+	first := charge(s.srv.URL)
+	first.Key = "reused"
+	_, err := b.c.Do(testCtx(t), first)
+	require.NoError(t, err)
+
+	for _, round := range []string{"fresh", "again"} {
+		other := setup(t, cfg, nil)
+		second := charge(s.srv.URL)
+		second.Key = "reused"
+		second.Body = []byte(`{"amount": 400000, "currency": "eur"}`)
+		in, err := other.c.Do(testCtx(t), second)
+		require.ErrorIs(t, err, ErrKeyReused, round)
+		require.Equal(t, http.StatusUnprocessableEntity, in.Outcome.Status, round)
+		require.Equal(t, "application/problem+json", in.Outcome.Header.Get("Content-Type"), round)
+		require.Contains(t, string(in.Outcome.Body), wire.ProblemType(wire.ProblemKeyReused), round)
+
+		c2 := other.reopen(t, cfg)
+		stored, err := c2.Wait(testCtx(t), in.ID)
+		require.ErrorIs(t, err, ErrKeyReused, "%s, read back from the file", round)
+		require.Equal(t, StateFailed, stored.State)
+	}
+	require.EqualValues(t, 1, s.effects.Load())
 }

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 func FuzzParseRetryAfter(f *testing.F) {
@@ -60,8 +62,8 @@ func FuzzDecodeIntent(f *testing.F) {
 		if !in.State.valid() || validateKey(in.Key) != nil || !validToken(in.Method) {
 			t.Fatalf("decoded an invalid intent: %+v", in)
 		}
-		again, err := decodeHeader(encodeHeader(in.Header))
-		if err != nil || !bytes.Equal(encodeHeader(again), encodeHeader(in.Header)) {
+		again, err := wire.DecodeHeader(wire.EncodeHeader(in.Header))
+		if err != nil || !bytes.Equal(wire.EncodeHeader(again), wire.EncodeHeader(in.Header)) {
 			t.Fatalf("header does not round-trip: %v", err)
 		}
 		if _, err := http.NewRequest(in.Method, in.URL, nil); err != nil {

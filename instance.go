@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // A queue knows where it lives. Its first open records the host and the
@@ -93,7 +95,7 @@ func (q *queue) locate(ctx context.Context, host, path string, now time.Time) er
 	q.self = host + "|" + path
 	return q.inTx(ctx, func(ex execer) error {
 		if _, err := ex.ExecContext(ctx, `INSERT INTO idemkit_instance (id, host, path, created_at) VALUES (1, ?, ?, ?)
-			ON CONFLICT (id) DO NOTHING`, host, path, formatTime(now)); err != nil {
+			ON CONFLICT (id) DO NOTHING`, host, path, wire.FormatTime(now)); err != nil {
 			return err
 		}
 		var h, p string

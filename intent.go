@@ -3,6 +3,7 @@ package idemkit
 import (
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -10,8 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // IntentState is the state of an [Intent].
@@ -45,9 +46,6 @@ func (s IntentState) valid() bool {
 // Larger bodies are refused with [ErrInvalidRequest]; the stored response
 // body of an Outcome is cut at the same size.
 const MaxBodySize = 10 << 20
-
-// maxKeyLen is the longest Idempotency-Key the wire contract allows.
-const maxKeyLen = 255
 
 // Request is what the caller wants sent, once, with one key.
 type Request struct {
@@ -235,10 +233,9 @@ func prepare(req *Request, cfg *Config, prof *Profile) (*prepared, error) {
 		if !validToken(name) {
 			return nil, invalidf("header name %q is not a valid HTTP token", name)
 		}
-		for _, v := range values {
-			if !validHeaderValue(v) {
-				return nil, invalidf("header %s: value contains a control character (CR, LF, NUL, …), which no HTTP client may send", name)
-			}
+		// The stored codec refuses what no HTTP client may send.
+		if _, err := wire.DecodeHeader(wire.EncodeHeader(http.Header{name: values})); err != nil {
+			return nil, invalidf("header %s: value contains a control character (CR, LF, NUL, …), which no HTTP client may send", name)
 		}
 		cn := http.CanonicalHeaderKey(name)
 		switch {
@@ -266,39 +263,17 @@ func prepare(req *Request, cfg *Config, prof *Profile) (*prepared, error) {
 	return p, nil
 }
 
-// validateKey checks what every key must be, whatever the profile: 1 to
-// 255 bytes of valid UTF-8 without control characters (C0, DEL or C1).
+// validateKey checks what every key must be, whatever the profile (the
+// wire contract): 1 to 255 bytes of valid UTF-8 without control characters.
 // Profile.checkKey adds what the profile's encoding can carry.
 func validateKey(k string) error {
-	if len(k) == 0 || len(k) > maxKeyLen {
-		return invalidf("key is %d bytes; it must be 1 to %d", len(k), maxKeyLen)
-	}
-	if !utf8.ValidString(k) {
-		return invalidf("key is not valid UTF-8")
-	}
-	for i, r := range k {
-		if unicode.IsControl(r) {
-			return invalidf("key has a control character (U+%04X) at byte %d", r, i)
-		}
+	var ke *wire.KeyError
+	if err := wire.CheckKey(k, wire.MaxKeyBytes); errors.As(err, &ke) {
+		return invalidf("%s", ke.Reason)
+	} else if err != nil {
+		return invalidf("%v", err)
 	}
 	return nil
-}
-
-// keyNeedsQuotes reports whether k, sent bare, would reach the server as a
-// different key: HTTP strips surrounding whitespace, a leading quote starts
-// an RFC 8941 string, a comma joins field lines.
-func keyNeedsQuotes(k string) bool {
-	return k[0] == '"' || strings.ContainsRune(k, ',') ||
-		strings.TrimLeft(k, " \t") != k || strings.TrimRight(k, " \t") != k
-}
-
-func printableASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }
 
 // validToken reports whether s is an RFC 9110 token.
@@ -329,19 +304,6 @@ func redact(raw string) string {
 		u.RawQuery = "redacted"
 	}
 	return u.String()
-}
-
-// Timestamps are stored as fixed-width RFC 3339 UTC text with milliseconds,
-// so they sort as strings.
-const timeLayout = "2006-01-02T15:04:05.000Z"
-
-func formatTime(t time.Time) string { return t.UTC().Truncate(time.Millisecond).Format(timeLayout) }
-
-func parseTime(s string) (time.Time, error) {
-	if len(s) != len(timeLayout) {
-		return time.Time{}, fmt.Errorf("timestamp %q: want %s", s, timeLayout)
-	}
-	return time.Parse(timeLayout, s)
 }
 
 // row is one intents row as scanned, before decoding.
@@ -424,7 +386,7 @@ func decodeIntent(r *row) (*Intent, error) {
 	if in.Body == nil {
 		in.Body = []byte{}
 	}
-	h, err := decodeHeader(r.header)
+	h, err := wire.DecodeHeader(r.header)
 	if err != nil {
 		return nil, bad("header", err)
 	}
@@ -445,7 +407,7 @@ func decodeIntent(r *row) (*Intent, error) {
 		if f.src == nil {
 			continue
 		}
-		if t, err = parseTime(*f.src); err != nil {
+		if t, err = wire.ParseTime(*f.src); err != nil {
 			return nil, bad(f.name, err)
 		}
 		*f.dst = t
@@ -458,7 +420,7 @@ func decodeIntent(r *row) (*Intent, error) {
 		if st < 100 || st > 999 {
 			return nil, bad("outcome status out of range", nil)
 		}
-		oh, err := decodeHeader(r.outcomeHeader)
+		oh, err := wire.DecodeHeader(r.outcomeHeader)
 		if err != nil {
 			return nil, bad("outcome header", err)
 		}

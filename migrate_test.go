@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/migrate"
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // snapshot returns every row of table, in rowid order, with the given
@@ -47,6 +50,13 @@ func snapshot(t *testing.T, db *sql.DB, table string, cols []string) ([][]any, [
 	return out, names
 }
 
+// migrationsTable is the versions table as clients before the module's
+// migration runner created it (without its name column).
+const migrationsTable = `CREATE TABLE IF NOT EXISTS idemkit_client_migrations (
+	version    INTEGER PRIMARY KEY,
+	applied_at TEXT    NOT NULL
+) STRICT`
+
 func migrationVersions(t *testing.T, db *sql.DB) []int {
 	t.Helper()
 	rows, err := db.Query(`SELECT version FROM idemkit_client_migrations ORDER BY version`)
@@ -72,18 +82,18 @@ func TestMigrate_From001(t *testing.T) {
 	ctx := testCtx(t)
 	path := filepath.Join(t.TempDir(), "queue.db")
 	db := rawDB(t, path)
-	script, err := schemaFS.ReadFile("schema/001_create_queue.sql")
+	script, err := schemaFS.ReadFile("schema/001_create_queue.up.sql")
 	require.NoError(t, err)
 	_, err = db.ExecContext(ctx, string(script))
 	require.NoError(t, err)
 	_, err = db.ExecContext(ctx, migrationsTable)
 	require.NoError(t, err)
-	_, err = db.ExecContext(ctx, `INSERT INTO idemkit_client_migrations (version, applied_at) VALUES (1, ?)`, formatTime(time.Now()))
+	_, err = db.ExecContext(ctx, `INSERT INTO idemkit_client_migrations (version, applied_at) VALUES (1, ?)`, wire.FormatTime(time.Now()))
 	require.NoError(t, err)
 
 	now := time.Now()
-	past, leaseEnd := formatTime(now.Add(-time.Hour)), formatTime(now.Add(10*time.Minute))
-	horizon := formatTime(now.Add(23 * time.Hour))
+	past, leaseEnd := wire.FormatTime(now.Add(-time.Hour)), wire.FormatTime(now.Add(10*time.Minute))
+	horizon := wire.FormatTime(now.Add(23 * time.Hour))
 	intents := []struct {
 		id, state, next string
 		attempts, token int
@@ -91,7 +101,7 @@ func TestMigrate_From001(t *testing.T) {
 	}{
 		{"new", "pending", past, 0, 0, nil},
 		{"leased", "pending", leaseEnd, 1, 1, nil}, // in flight in a 001 client
-		{"later", "pending", formatTime(now.Add(time.Hour)), 2, 2, nil},
+		{"later", "pending", wire.FormatTime(now.Add(time.Hour)), 2, 2, nil},
 		{"paid", "succeeded", past, 2, 2, 201},
 		{"refused", "failed", past, 1, 1, 402},
 		{"reused", "failed", past, 1, 1, 422}, // a 001 client's "key reused"
@@ -170,7 +180,7 @@ func TestMigrate_From001(t *testing.T) {
 	c.takeOver(ctx, "leased")
 	leased, err := c.Get(ctx, "leased")
 	require.NoError(t, err)
-	require.Equal(t, leaseEnd, formatTime(leased.NextAttemptAt))
+	require.Equal(t, leaseEnd, wire.FormatTime(leased.NextAttemptAt))
 	require.NoError(t, c.Close())
 
 	// Opened again: nothing is applied twice, and the queue works.
@@ -281,7 +291,7 @@ func TestQueue_LeaseOwnerLifecycle(t *testing.T) {
 	require.NotNil(t, cl)
 	require.Equal(t, b.c.q.owner, *ownerOf(rel.ID), "a claim after a release names its holder")
 	_, err = db.ExecContext(ctx, `UPDATE idemkit_intents SET lease_token = lease_token + 1, attempts = attempts + 1, next_attempt_at = ? WHERE id = ?`,
-		formatTime(time.Now().Add(time.Minute)), rel.ID)
+		wire.FormatTime(time.Now().Add(time.Minute)), rel.ID)
 	require.NoError(t, err)
 	require.Nil(t, ownerOf(rel.ID), "the 001 client's lease names no holder")
 	_, err = db.ExecContext(ctx, `UPDATE idemkit_intents SET lease_token = lease_token + 1, lease_owner = 'h/1/1' WHERE id = ?`, rel.ID)
@@ -328,15 +338,15 @@ func TestMigrate_LeaseEndMovesToLeasedUntil(t *testing.T) {
 	_, err := db.ExecContext(ctx, migrationsTable)
 	require.NoError(t, err)
 	for v, name := range []string{"001_create_queue", "002_lease_owner", "003_outcome_key_reused", "004_instance", "005_credential_headers"} {
-		script, err := schemaFS.ReadFile("schema/" + name + ".sql")
+		script, err := schemaFS.ReadFile("schema/" + name + ".up.sql")
 		require.NoError(t, err)
 		_, err = db.ExecContext(ctx, string(script))
 		require.NoError(t, err)
-		_, err = db.ExecContext(ctx, `INSERT INTO idemkit_client_migrations (version, applied_at) VALUES (?, ?)`, v+1, formatTime(time.Now()))
+		_, err = db.ExecContext(ctx, `INSERT INTO idemkit_client_migrations (version, applied_at) VALUES (?, ?)`, v+1, wire.FormatTime(time.Now()))
 		require.NoError(t, err)
 	}
 	now := time.Now()
-	past, leaseEnd := formatTime(now.Add(-time.Hour)), formatTime(now.Add(10*time.Minute))
+	past, leaseEnd := wire.FormatTime(now.Add(-time.Hour)), wire.FormatTime(now.Add(10*time.Minute))
 	for _, r := range []struct {
 		id, next string
 		owner    any
@@ -363,11 +373,28 @@ func TestMigrate_LeaseEndMovesToLeasedUntil(t *testing.T) {
 		require.Equal(t, want.until, until, "%s: leased_until", id)
 	}
 	held := mustGet(t, c, "held")
-	require.Equal(t, leaseEnd, formatTime(held.NextAttemptAt), "a held intent is next attempted when its lease ends")
+	require.Equal(t, leaseEnd, wire.FormatTime(held.NextAttemptAt), "a held intent is next attempted when its lease ends")
 	cl, err := c.q.claim(ctx, "held", now, time.Minute, c.plan(now))
 	require.NoError(t, err)
 	require.Nil(t, cl, "still leased")
 	cl, err = c.q.claim(ctx, "due", now, time.Minute, c.plan(now))
 	require.NoError(t, err)
 	require.NotNil(t, cl, "due and not leased")
+}
+
+// TestOpen_RefusesANewerQueue: a queue migrated by a newer version (a
+// schema this one cannot write safely: 006 moved the lease's end out of
+// next_attempt_at, which an older client would claim through) is refused,
+// and left as it was.
+func TestOpen_RefusesANewerQueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	require.NoError(t, b.c.Close())
+	db := rawDB(t, b.path)
+	_, err := db.Exec(`INSERT INTO idemkit_client_migrations (version, name, applied_at) VALUES (?, 'from_the_future', ?)`,
+		QueueSchemaVersion+1, wire.FormatTime(time.Now()))
+	require.NoError(t, err)
+	_, err = Open(testCtx(t), b.path, testConfig())
+	require.ErrorIs(t, err, migrate.ErrNewerSchema)
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7}, migrationVersions(t, db))
 }

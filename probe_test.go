@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // TestRun_FirstSuccessSoonAfterTheServerReturns: five intents against a
@@ -85,13 +87,13 @@ func settle(t *testing.T, db *sql.DB, now time.Time) (time.Time, int) {
 	eventually(t, 10*time.Second, func() bool {
 		var busy int
 		err := db.QueryRow(`SELECT COUNT(*), COALESCE(SUM(lease_owner IS NOT NULL OR next_attempt_at <= ?), 0), MIN(next_attempt_at)
-			FROM idemkit_intents WHERE state = 'pending'`, formatTime(now)).Scan(&pending, &busy, &next)
+			FROM idemkit_intents WHERE state = 'pending'`, wire.FormatTime(now)).Scan(&pending, &busy, &next)
 		return err == nil && busy == 0
 	}, "the workers settle")
 	if pending == 0 {
 		return time.Time{}, 0
 	}
-	at, err := parseTime(next.String)
+	at, err := wire.ParseTime(next.String)
 	require.NoError(t, err)
 	return at, pending
 }

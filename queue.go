@@ -7,17 +7,18 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/migrate"
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
-//go:embed schema/*.sql
+//go:embed schema/*.up.sql
 var schemaFS embed.FS
 
 // SQLite result codes the queue interprets (primary codes, low byte).
@@ -179,14 +180,19 @@ func (q *queue) tx(ctx context.Context, relaxed bool, fn func(ex execer) error) 
 // begin runs BEGIN IMMEDIATE, retrying for up to q.busyRetry while the
 // write lock is held elsewhere.
 func (q *queue) begin(ctx context.Context, conn *sql.Conn) error {
+	return q.retryBusy(ctx, func() error {
+		_, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE")
+		return interpretError(err)
+	})
+}
+
+// retryBusy runs fn, again after a short jittered pause while it fails
+// with ErrQueueLocked, for up to q.busyRetry.
+func (q *queue) retryBusy(ctx context.Context, fn func() error) error {
 	var deadline time.Time
 	for {
-		_, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE")
-		if err == nil {
-			return nil
-		}
-		err = interpretError(err)
-		if !errors.Is(err, ErrQueueLocked) || q.busyRetry <= 0 {
+		err := fn()
+		if err == nil || !errors.Is(err, ErrQueueLocked) || q.busyRetry <= 0 {
 			return err
 		}
 		if deadline.IsZero() {
@@ -206,51 +212,29 @@ func (q *queue) begin(ctx context.Context, conn *sql.Conn) error {
 
 // QueueSchemaVersion is the version of the queue schema this package
 // writes: the number of its last migration (idemkit_client_migrations).
-// A queue migrated by a newer version may hold a higher one.
+// Open refuses a queue migrated by a newer version, whose schema this one
+// cannot write safely.
 const QueueSchemaVersion = 6
 
-const migrationsTable = `CREATE TABLE IF NOT EXISTS idemkit_client_migrations (
-	version    INTEGER PRIMARY KEY,
-	applied_at TEXT    NOT NULL
-) STRICT`
+// migrationsVersionTable is where a queue records its applied migrations.
+const migrationsVersionTable = "idemkit_client_migrations"
 
-// migrate applies the embedded schema files whose number is above the
-// highest applied version, each in its own transaction.
+// migrate applies, in one transaction, the embedded schema files
+// (schema/NNN_*.up.sql) above the highest applied version, with the
+// module's migration runner. The step is retried while another process
+// holds the write lock (several processes opening a fresh file at once),
+// for up to busyRetry.
 func (q *queue) migrate(ctx context.Context, now time.Time) error {
-	names, err := fs.Glob(schemaFS, "schema/*.sql")
+	ms, err := migrate.Load(schemaFS, "schema")
 	if err != nil {
 		return err
 	}
-	sort.Strings(names)
-	return q.inTx(ctx, func(ex execer) error {
-		if _, err := ex.ExecContext(ctx, migrationsTable); err != nil {
-			return err
-		}
-		var current int
-		if err := ex.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM idemkit_client_migrations`).Scan(&current); err != nil {
-			return err
-		}
-		for _, name := range names {
-			base := strings.TrimPrefix(name, "schema/")
-			v, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
-			if err != nil {
-				return fmt.Errorf("idemkit: migration %s: name must start with a number", base)
-			}
-			if v <= current {
-				continue
-			}
-			script, err := schemaFS.ReadFile(name)
-			if err != nil {
-				return err
-			}
-			if _, err := ex.ExecContext(ctx, string(script)); err != nil {
-				return fmt.Errorf("idemkit: migration %s: %w", base, err)
-			}
-			if _, err := ex.ExecContext(ctx, `INSERT INTO idemkit_client_migrations (version, applied_at) VALUES (?, ?)`, v, formatTime(now)); err != nil {
-				return err
-			}
-		}
-		return nil
+	target := migrate.SQLTarget(q.db, migrationsVersionTable, func() time.Time { return now })
+	q.wmu.Lock()
+	defer q.wmu.Unlock()
+	return q.retryBusy(ctx, func() error {
+		_, err := migrate.Run(ctx, target, ms)
+		return interpretError(err)
 	})
 }
 
@@ -398,7 +382,7 @@ func (q *queue) insertBatch(ctx context.Context, ops []*submitOp) {
 			}
 			sb.WriteString(sqlInsertIntentRow)
 			op := ops[i]
-			stamps[i] = formatTime(op.now)
+			stamps[i] = wire.FormatTime(op.now)
 			args = append(args, insertArgs(op.p, op.id, stamps[i], q.self)...)
 		}
 		sb.WriteString(sqlInsertIntentTail)
@@ -448,13 +432,13 @@ func (q *queue) insertBatch(ctx context.Context, ops []*submitOp) {
 const insertIntentArgs = 13
 
 func insertArgs(p *prepared, id, ts, instance string) []any {
-	return []any{id, p.key, p.method, p.url, p.host, encodeHeader(p.header), p.body, p.fp, ts, ts, ts, instance, p.credNamesJSON()}
+	return []any{id, p.key, p.method, p.url, p.host, wire.EncodeHeader(p.header), p.body, p.fp, ts, ts, ts, instance, p.credNamesJSON()}
 }
 
 // insertOne inserts one intent, or returns the intent already queued under
 // the same key when its fingerprint matches (ErrKeyReused otherwise).
 func insertOne(ctx context.Context, ex execer, p *prepared, id string, now time.Time, instance string) (*Intent, error) {
-	ts := formatTime(now)
+	ts := wire.FormatTime(now)
 	var got string
 	err := ex.QueryRowContext(ctx, sqlInsertIntent, insertArgs(p, id, ts, instance)...).Scan(&got)
 	switch {
@@ -468,7 +452,7 @@ func insertOne(ctx context.Context, ex execer, p *prepared, id string, now time.
 
 // insertedIntent is the intent just inserted from p, stamped ts.
 func insertedIntent(p *prepared, id, ts, instance string) *Intent {
-	at, _ := parseTime(ts)
+	at, _ := wire.ParseTime(ts)
 	return &Intent{ID: id, Key: p.key, State: StatePending, Method: p.method, URL: p.url,
 		Header: p.header, Body: p.body, Fingerprint: p.fp, NextAttemptAt: at, CreatedAt: at, UpdatedAt: at,
 		CredentialHeaders: p.credNames(), instance: instance}
@@ -560,9 +544,9 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 		}
 		var sr *sql.Row
 		if id == "" {
-			sr = ex.QueryRowContext(ctx, sqlSelectDue, formatTime(now), q.origin, q.self, q.skipped())
+			sr = ex.QueryRowContext(ctx, sqlSelectDue, wire.FormatTime(now), q.origin, q.self, q.skipped())
 		} else {
-			sr = ex.QueryRowContext(ctx, sqlSelectDueID, id, formatTime(now))
+			sr = ex.QueryRowContext(ctx, sqlSelectDueID, id, wire.FormatTime(now))
 		}
 		r, err := scanRow(sr)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -581,7 +565,7 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 		if err != nil {
 			// Quarantine the row for an hour so the worker moves on.
 			decodeErr = err
-			_, qerr := ex.ExecContext(ctx, sqlQuarantine, formatTime(now.Add(time.Hour)), r.id)
+			_, qerr := ex.ExecContext(ctx, sqlQuarantine, wire.FormatTime(now.Add(time.Hour)), r.id)
 			return qerr
 		}
 		var winSec int64
@@ -590,11 +574,11 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 		}
 		hz := plan(in, time.Duration(winSec)*time.Second)
 		horizon := hz.at
-		ts := formatTime(now)
+		ts := wire.FormatTime(now)
 		if now.After(horizon) {
 			// Never attempted past the horizon: expire under the current
 			// token (we hold the write lock, and the row is due).
-			msg := "horizon " + formatTime(horizon) + " passed without a definitive answer"
+			msg := "horizon " + wire.FormatTime(horizon) + " passed without a definitive answer"
 			if in.LastError != "" {
 				msg += "; last error: " + in.LastError
 			}
@@ -607,7 +591,7 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 		}
 		var first, stored string
 		c := &claimed{lease: lease{id: in.ID}, in: in, hz: hz}
-		if err := ex.QueryRowContext(ctx, sqlClaim, ts, formatTime(horizon), formatTime(now.Add(leaseFor)), in.ID, q.owner).
+		if err := ex.QueryRowContext(ctx, sqlClaim, ts, wire.FormatTime(horizon), wire.FormatTime(now.Add(leaseFor)), in.ID, q.owner).
 			Scan(&c.token, &c.attempt, &first, &stored); err != nil {
 			return err
 		}
@@ -615,8 +599,8 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 			return err
 		}
 		in.Attempts = c.attempt
-		in.FirstAttemptAt, _ = parseTime(first)
-		in.Horizon, _ = parseTime(stored)
+		in.FirstAttemptAt, _ = wire.ParseTime(first)
+		in.Horizon, _ = wire.ParseTime(stored)
 		c.hz.at = in.Horizon
 		out = c
 		return nil
@@ -636,8 +620,8 @@ func (q *queue) startAttempt(ctx context.Context, l lease, now, horizon, leasedU
 	var n int
 	var hz string
 	err := q.inTx(ctx, func(ex execer) error {
-		ts := formatTime(now)
-		err := ex.QueryRowContext(ctx, sqlStartAttempt, ts, formatTime(horizon), formatTime(leasedUntil), l.id, l.token, q.owner).Scan(&n, &hz)
+		ts := wire.FormatTime(now)
+		err := ex.QueryRowContext(ctx, sqlStartAttempt, ts, wire.FormatTime(horizon), wire.FormatTime(leasedUntil), l.id, l.token, q.owner).Scan(&n, &hz)
 		if errors.Is(err, sql.ErrNoRows) {
 			return errLeaseLost
 		}
@@ -650,7 +634,7 @@ func (q *queue) startAttempt(ctx context.Context, l lease, now, horizon, leasedU
 	if err != nil {
 		return 0, time.Time{}, err
 	}
-	h, _ := parseTime(hz)
+	h, _ := wire.ParseTime(hz)
 	return n, h, nil
 }
 
@@ -665,7 +649,7 @@ func (q *queue) nthLastAttempt(ctx context.Context, id string, n int) (time.Time
 	if err != nil {
 		return time.Time{}, interpretError(err)
 	}
-	t, err := parseTime(s)
+	t, err := wire.ParseTime(s)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%w: attempt of %s: %v", ErrQueueCorrupt, id, err)
 	}
@@ -690,16 +674,16 @@ func (q *queue) logAttempt(ctx context.Context, ex execer, id string, now time.T
 	if a.status != 0 {
 		status = a.status
 	}
-	if _, err := ex.ExecContext(ctx, sqlFinishAttempt, formatTime(now), status, a.errText, boolInt(a.replayed), id, a.n); err != nil {
+	if _, err := ex.ExecContext(ctx, sqlFinishAttempt, wire.FormatTime(now), status, a.errText, boolInt(a.replayed), id, a.n); err != nil {
 		return err
 	}
 	if a.learned > 0 {
-		if _, err := ex.ExecContext(ctx, sqlUpsertHost, a.host, int64(a.learned/time.Second), formatTime(now)); err != nil {
+		if _, err := ex.ExecContext(ctx, sqlUpsertHost, a.host, int64(a.learned/time.Second), wire.FormatTime(now)); err != nil {
 			return err
 		}
 	}
 	if !a.horizon.IsZero() {
-		if _, err := ex.ExecContext(ctx, sqlShortenHorizon, formatTime(a.horizon), id); err != nil {
+		if _, err := ex.ExecContext(ctx, sqlShortenHorizon, wire.FormatTime(a.horizon), id); err != nil {
 			return err
 		}
 	}
@@ -731,9 +715,9 @@ func (q *queue) reschedule(ctx context.Context, l lease, now time.Time, w wait) 
 		}
 		var until, owner any
 		if !w.leasedUntil.IsZero() {
-			until, owner = formatTime(w.leasedUntil), q.owner
+			until, owner = wire.FormatTime(w.leasedUntil), q.owner
 		}
-		res, err := ex.ExecContext(ctx, sqlReschedule, formatTime(w.due), until, owner, w.lastErr, formatTime(now), l.id, l.token)
+		res, err := ex.ExecContext(ctx, sqlReschedule, wire.FormatTime(w.due), until, owner, w.lastErr, wire.FormatTime(now), l.id, l.token)
 		if err != nil {
 			return err
 		}
@@ -763,12 +747,12 @@ func (q *queue) finish(ctx context.Context, l lease, now time.Time, state Intent
 		var st, hdr, body, rep any
 		reused := 0
 		if o != nil {
-			st, hdr, body, rep, reused = o.Status, encodeHeader(o.Header), o.Body, boolInt(o.Replayed), boolInt(o.keyReused)
+			st, hdr, body, rep, reused = o.Status, wire.EncodeHeader(o.Header), o.Body, boolInt(o.Replayed), boolInt(o.keyReused)
 			if o.Body == nil {
 				body = []byte{}
 			}
 		}
-		res, err := ex.ExecContext(ctx, sqlFinish, string(state), st, hdr, body, rep, lastErr, formatTime(now), l.id, l.token, reused)
+		res, err := ex.ExecContext(ctx, sqlFinish, string(state), st, hdr, body, rep, lastErr, wire.FormatTime(now), l.id, l.token, reused)
 		if err != nil {
 			return err
 		}
@@ -782,7 +766,7 @@ func (q *queue) finish(ctx context.Context, l lease, now time.Time, state Intent
 func (q *queue) cancel(ctx context.Context, id string, now time.Time) (bool, error) {
 	var ok bool
 	err := q.inTx(ctx, func(ex execer) error {
-		res, err := ex.ExecContext(ctx, sqlCancel, formatTime(now), id)
+		res, err := ex.ExecContext(ctx, sqlCancel, wire.FormatTime(now), id)
 		if err != nil {
 			return err
 		}
@@ -824,7 +808,7 @@ func (q *queue) list(ctx context.Context, o *ListOptions) ([]*Intent, error) {
 	}
 	if !o.UpdatedSince.IsZero() {
 		where = append(where, "updated_at >= ?")
-		args = append(args, formatTime(o.UpdatedSince))
+		args = append(args, wire.FormatTime(o.UpdatedSince))
 	}
 	query := `SELECT ` + rowColumns + ` FROM idemkit_intents`
 	if len(where) > 0 {
@@ -876,11 +860,11 @@ func (q *queue) attempts(ctx context.Context, id string) ([]*Attempt, error) {
 			return nil, interpretError(err)
 		}
 		var err error
-		if a.StartedAt, err = parseTime(started); err != nil {
+		if a.StartedAt, err = wire.ParseTime(started); err != nil {
 			return nil, fmt.Errorf("%w: attempt %d of %s: %v", ErrQueueCorrupt, a.N, id, err)
 		}
 		if finished != nil {
-			if a.FinishedAt, err = parseTime(*finished); err != nil {
+			if a.FinishedAt, err = wire.ParseTime(*finished); err != nil {
 				return nil, fmt.Errorf("%w: attempt %d of %s: %v", ErrQueueCorrupt, a.N, id, err)
 			}
 		}
@@ -924,7 +908,7 @@ func (q *queue) skipped() string {
 func (q *queue) makeDue(ctx context.Context, ids []string, now time.Time) (int, error) {
 	var n int64
 	err := q.inTx(ctx, func(ex execer) error {
-		args := []any{formatTime(now)}
+		args := []any{wire.FormatTime(now)}
 		for _, id := range ids {
 			args = append(args, id)
 		}
@@ -958,7 +942,7 @@ func (q *queue) nextDue(ctx context.Context) (time.Time, error) {
 	if s == nil {
 		return time.Time{}, nil
 	}
-	t, err := parseTime(*s)
+	t, err := wire.ParseTime(*s)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%w: next_attempt_at: %v", ErrQueueCorrupt, err)
 	}
@@ -968,7 +952,7 @@ func (q *queue) nextDue(ctx context.Context) (time.Time, error) {
 // prune deletes terminal intents (in states, if any) last updated before
 // cutoff, and their attempt logs, a thousand per transaction.
 func (q *queue) prune(ctx context.Context, cutoff time.Time, states []IntentState) (int, error) {
-	query, args := sqlPruneBatch, []any{formatTime(cutoff)}
+	query, args := sqlPruneBatch, []any{wire.FormatTime(cutoff)}
 	if len(states) > 0 {
 		query = strings.Replace(query, " LIMIT", " AND state IN (?"+strings.Repeat(",?", len(states)-1)+") LIMIT", 1)
 		for _, s := range states {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 func TestQueue_GroupCommit(t *testing.T) {
@@ -70,7 +72,7 @@ func explain(t *testing.T, db *sql.DB, query string, args ...any) string {
 func TestQueue_DueLookupUsesIndex(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil, nil)
-	now := formatTime(time.Now())
+	now := wire.FormatTime(time.Now())
 	require.Contains(t, explain(t, b.c.q.db, sqlSelectDue, now, b.c.q.origin, b.c.q.self, `["x"]`), "USING INDEX idemkit_intents_due")
 	require.Contains(t, explain(t, b.c.q.db, sqlNextDue, b.c.q.origin, b.c.q.self, `["x"]`), "idemkit_intents_due")
 	require.Contains(t, explain(t, b.c.q.db, sqlPruneBatch, now), "idemkit_intents_terminal")
@@ -86,7 +88,7 @@ func TestQueue_OneMillionIntents(t *testing.T) {
 	}
 	b := setup(t, nil, nil)
 	ctx := testCtx(t)
-	old := formatTime(time.Now().Add(-48 * time.Hour))
+	old := wire.FormatTime(time.Now().Add(-48 * time.Hour))
 	_, err := b.c.q.db.ExecContext(ctx, `
 		WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000)
 		INSERT INTO idemkit_intents (id, key, state, method, url, host, header, body, fingerprint, next_attempt_at, created_at, updated_at)
@@ -96,9 +98,9 @@ func TestQueue_OneMillionIntents(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.c.q.db.ExecContext(ctx, `ANALYZE`)
 	require.NoError(t, err)
-	require.Contains(t, explain(t, b.c.q.db, sqlSelectDue, formatTime(time.Now()), b.c.q.origin, b.c.q.self, `["x"]`), "USING INDEX idemkit_intents_due")
+	require.Contains(t, explain(t, b.c.q.db, sqlSelectDue, wire.FormatTime(time.Now()), b.c.q.origin, b.c.q.self, `["x"]`), "USING INDEX idemkit_intents_due")
 	lo, hi := hostPrefixRange(b.c.self.host)
-	require.Contains(t, explain(t, b.c.q.db, sqlLeaseOwners, lo, hi, b.c.q.owner, formatTime(time.Now()), takeoverOwnersMax),
+	require.Contains(t, explain(t, b.c.q.db, sqlLeaseOwners, lo, hi, b.c.q.owner, wire.FormatTime(time.Now()), takeoverOwnersMax),
 		"USING INDEX idemkit_intents_leased", "the takeover lookup reads leased intents only")
 
 	cl, err := b.c.q.claim(ctx, "", time.Now(), time.Minute, b.c.plan(time.Now()))
@@ -299,7 +301,10 @@ func TestClient_ReadOnlyQueue(t *testing.T) {
 // succeeded ones (the receipts); a pending state is refused.
 func TestPrune_ByStateKeepsReceipts(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	clock := newFakeClock() // Prune(0) prunes what was updated before now: let a millisecond pass
+	cfg := testConfig()
+	cfg.timeNowFunc = clock.Now
+	b := setup(t, cfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/bad" {
 			w.WriteHeader(http.StatusBadRequest)
 			return
@@ -314,6 +319,7 @@ func TestPrune_ByStateKeepsReceipts(t *testing.T) {
 	canceled, err := b.c.Submit(ctx, &Request{URL: b.srv.URL + "/later"})
 	require.NoError(t, err)
 	require.NoError(t, b.c.Cancel(ctx, canceled.ID))
+	clock.Advance(time.Millisecond)
 
 	_, err = b.c.Prune(ctx, 0, StatePending)
 	require.ErrorIs(t, err, ErrInvalidRequest)

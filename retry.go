@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // CheckRetryFunc decides, after each attempt, whether to retry. It is called
@@ -170,7 +171,7 @@ func retryAfter(resp *http.Response, now time.Time) (time.Duration, bool) {
 
 // parseWindow reads an Idempotency-Window header: whole seconds, positive.
 func parseWindow(h http.Header) (time.Duration, bool) {
-	v := strings.TrimSpace(h.Get("Idempotency-Window"))
+	v := strings.TrimSpace(h.Get(wire.HeaderWindow))
 	if v == "" {
 		return 0, false
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // driveID drives one intent to a terminal state. Close cancels it.
@@ -511,7 +513,7 @@ func (s *sending) end(ctx context.Context, state IntentState, o *Outcome, lastEr
 
 // expire ends the intent expired: no attempt may start before the horizon.
 func (s *sending) expire(ctx context.Context, a *attemptResult) (*Intent, error) {
-	msg := "horizon " + formatTime(s.hz.at) + " reached without a definitive answer"
+	msg := "horizon " + wire.FormatTime(s.hz.at) + " reached without a definitive answer"
 	if s.lastErr != "" {
 		msg += "; last error: " + s.lastErr
 	}

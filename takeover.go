@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strconv"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // Taking over at once the leases of processes that died: a process
@@ -98,7 +100,7 @@ type goneFunc func(o leaseOwner, raw string) (bool, string)
 // host of self, is not self, and is gone according to gone (asked once per
 // holder).
 func (q *queue) deadLeases(ctx context.Context, self leaseOwner, id string, now time.Time, gone goneFunc) ([]deadLease, error) {
-	ts := formatTime(now)
+	ts := wire.FormatTime(now)
 	me := self.String()
 	check := func(raw string) (leaseOwner, string, bool) {
 		o, err := parseLeaseOwner(raw)
@@ -162,7 +164,7 @@ func (q *queue) expireLeases(ctx context.Context, now time.Time, leases []deadLe
 	var done []deadLease
 	err := q.inTx(ctx, func(ex execer) error {
 		done = done[:0]
-		ts := formatTime(now)
+		ts := wire.FormatTime(now)
 		for _, l := range leases {
 			res, err := ex.ExecContext(ctx, sqlExpireLease, ts, l.id, l.token, l.raw)
 			if err != nil {

@@ -19,6 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/server"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // logRecorder is a slog.Handler that keeps every record, for tests that
@@ -196,7 +198,7 @@ func TestClient_TakeOverChoosesLeases(t *testing.T) {
 	other := leaseOwner{host: "elsewhere" + hostSuffix(), pid: dead.pid}
 
 	now := time.Now()
-	leaseEnd := formatTime(now.Add(10 * time.Minute))
+	leaseEnd := wire.FormatTime(now.Add(10 * time.Minute))
 	rows := map[string]struct {
 		owner any
 		next  string
@@ -208,7 +210,7 @@ func TestClient_TakeOverChoosesLeases(t *testing.T) {
 		"other":   {other.String(), leaseEnd, false},
 		"self":    {self.String(), leaseEnd, false},
 		"unnamed": {nil, leaseEnd, false},
-		"ranout":  {dead.String(), formatTime(now.Add(-time.Second)), false},
+		"ranout":  {dead.String(), wire.FormatTime(now.Add(-time.Second)), false},
 		"garbage": {self.host + "/not-a-pid/", leaseEnd, false},
 	}
 	for name := range rows {
@@ -242,7 +244,7 @@ func TestClient_TakeOverChoosesLeases(t *testing.T) {
 		require.EqualValues(t, 7, token, "%s: the token only moves on the next claim", name)
 		if r.taken {
 			require.Nil(t, owner, "%s: lease expired", name)
-			require.LessOrEqual(t, next, formatTime(time.Now()), "%s: due now", name)
+			require.LessOrEqual(t, next, wire.FormatTime(time.Now()), "%s: due now", name)
 			require.True(t, taken[name], "%s: logged", name)
 			continue
 		}
@@ -288,7 +290,7 @@ func TestClient_TakeOverChoosesLeases(t *testing.T) {
 func TestQueue_TakeOverUsesIndex(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil, nil)
-	now := formatTime(time.Now())
+	now := wire.FormatTime(time.Now())
 	lo, hi := hostPrefixRange("h")
 	require.Contains(t, explain(t, b.c.q.db, sqlLeaseOwners, lo, hi, "h/1/1", now, 32), "SEARCH idemkit_intents USING INDEX idemkit_intents_leased")
 	require.Contains(t, explain(t, b.c.q.db, sqlLeasesOf, "h/1/1", now, 256), "SEARCH idemkit_intents USING INDEX idemkit_intents_leased")
