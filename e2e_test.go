@@ -235,32 +235,6 @@ func TestE2E_InFlightIsWaitedOut(t *testing.T) {
 	require.Equal(t, http.StatusConflict, log[0].Status)
 }
 
-// TestE2E_KeyReused: the same key with a different body is a 422: the
-// intent ends failed with ErrKeyReused, and is never retried.
-func TestE2E_KeyReused(t *testing.T) {
-	t.Parallel()
-	s := newE2EServer(t, nil)
-	cfg := testConfig()
-	cfg.SendHookFunc = authHook
-	b := setup(t, cfg, nil)
-	first := charge(s.srv.URL)
-	first.Key = "reused"
-	_, err := b.c.Do(testCtx(t), first)
-	require.NoError(t, err)
-
-	// Another queue (another device) reuses the key for another amount.
-	other := setup(t, cfg, nil)
-	second := charge(s.srv.URL)
-	second.Key = "reused"
-	second.Body = []byte(`{"amount": 400000, "currency": "eur"}`)
-	in, err := other.c.Do(testCtx(t), second)
-	require.ErrorIs(t, err, ErrKeyReused)
-	require.Equal(t, StateFailed, in.State)
-	require.Equal(t, http.StatusUnprocessableEntity, in.Outcome.Status)
-	require.Equal(t, 1, in.Attempts)
-	require.EqualValues(t, 1, s.effects.Load())
-}
-
 // TestE2E_HorizonAndShorterWindow: a server with a 10-minute window shortens
 // the horizon; with a server that keeps failing (5xx, never stored) and a
 // clock that jumps, no attempt is sent after the horizon.
@@ -568,11 +542,12 @@ func TestE2E_Handler422FreshAndReplayedAgree(t *testing.T) {
 	require.EqualValues(t, 1, s.effects.Load(), "the handler ran once")
 }
 
-// TestE2E_KeyReusedFreshAndReplayed: the real server's key-reuse 422 (the
-// wire contract's key-reused problem type) maps to ErrKeyReused when it
-// arrives, when the queue file is read back after a restart, and when the
-// same reused key is sent again and answered again.
-func TestE2E_KeyReusedFreshAndReplayed(t *testing.T) {
+// TestE2E_KeyReused: the same key with a different body is the real
+// server's 422 (the wire contract's key-reused problem type): the intent
+// ends failed with ErrKeyReused, and is never retried. It is ErrKeyReused
+// when it arrives, when the queue file is read back after a restart, and
+// when the same reused key is sent again and answered again.
+func TestE2E_KeyReused(t *testing.T) {
 	t.Parallel()
 	s := newE2EServer(t, nil)
 	cfg := testConfig()
@@ -588,8 +563,11 @@ func TestE2E_KeyReusedFreshAndReplayed(t *testing.T) {
 		second := charge(s.srv.URL)
 		second.Key = "reused"
 		second.Body = []byte(`{"amount": 400000, "currency": "eur"}`)
+		// Another queue (another device) reuses the key for another amount.
 		in, err := other.c.Do(testCtx(t), second)
 		require.ErrorIs(t, err, ErrKeyReused, round)
+		require.Equal(t, StateFailed, in.State, round)
+		require.Equal(t, 1, in.Attempts, round)
 		require.Equal(t, http.StatusUnprocessableEntity, in.Outcome.Status, round)
 		require.Equal(t, "application/problem+json", in.Outcome.Header.Get("Content-Type"), round)
 		require.Contains(t, string(in.Outcome.Body), wire.ProblemType(wire.ProblemKeyReused), round)
