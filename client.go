@@ -24,21 +24,14 @@ import (
 	_ "modernc.org/sqlite" // the driver behind Open; NewClient takes any *sql.DB
 )
 
-// Defaults of [Config].
+// Defaults of [Config], as its field docs state them.
 const (
-	// WindowDefault is the configured retention window: Stripe's 24 hours.
-	WindowDefault = 24 * time.Hour
-	// SafetyMarginDefault is subtracted from the window to get the horizon.
-	SafetyMarginDefault = time.Minute
-	// MaxSleepDefault is the longest wait slept in-process.
-	MaxSleepDefault = 30 * time.Second
-	// LeaseDurationDefault is how long a claim on an intent lasts unless
-	// renewed; a dead holder's claim on the same host is taken over sooner.
-	LeaseDurationDefault = 2 * time.Minute
-	// AttemptTimeoutDefault bounds one HTTP attempt, body included.
-	AttemptTimeoutDefault = 30 * time.Second
-	// ConcurrencyDefault is how many intents Run sends at once.
-	ConcurrencyDefault = 4
+	windowDefault         = 24 * time.Hour // Stripe's
+	safetyMarginDefault   = time.Minute
+	maxSleepDefault       = 30 * time.Second
+	leaseDurationDefault  = 2 * time.Minute
+	attemptTimeoutDefault = 30 * time.Second
+	concurrencyDefault    = 4
 )
 
 // maxAttemptsPerHourDefault is the default Config.MaxAttemptsPerHour: one
@@ -76,15 +69,14 @@ type Config struct {
 	// hosts whose Profile publishes none (Profile.Window replaces it for
 	// the others: Stripe's 24 h, Adyen's 31 days). The effective window of
 	// an intent is the smaller of that and the Idempotency-Window its host
-	// last advertised (remembered in the queue). Defaults to WindowDefault
-	// (24h).
+	// last advertised (remembered in the queue). Defaults to 24h (Stripe's
+	// window).
 	Window time.Duration
 
 	// SafetyMargin is subtracted from the effective window to get the
 	// horizon; the margin used is the smaller of SafetyMargin and a tenth of
 	// the effective window (a 30 s window keeps a 3 s margin). It should
-	// exceed AttemptTimeout plus clock skew. Defaults to SafetyMarginDefault
-	// (1m).
+	// exceed AttemptTimeout plus clock skew. Defaults to 1m.
 	SafetyMargin time.Duration
 
 	// CredentialHeaders are request headers never written to the queue:
@@ -159,17 +151,29 @@ type Config struct {
 	// error skips the attempt and reschedules the intent. Defaults to nil.
 	SendHookFunc func(host string, r *http.Request) error
 
-	// CheckRetry decides what to retry. Defaults to DefaultCheckRetry.
-	CheckRetry CheckRetryFunc
+	// CheckRetry decides, after each attempt the host's Profile does not
+	// decide, whether to retry. It is called with the response (nil on a
+	// transport error; its body already read, and readable again) and the
+	// transport error. Return true to retry with the same key. Return false
+	// with a nil error when resp is a definitive answer (2xx ends the intent
+	// succeeded, anything else failed). Return false with an error to give
+	// up: the intent ends failed with that error. The signature is that of
+	// go-retryablehttp's CheckRetry, so its policies can be wrapped too.
+	// Defaults to DefaultCheckRetry.
+	CheckRetry func(ctx context.Context, resp *http.Response, err error) (bool, error)
 
-	// Backoff computes the wait between attempts, called with
-	// BackoffBaseDefault and BackoffCapDefault. Defaults to DefaultBackoff
-	// (full jitter, 500ms base, 30s cap).
-	Backoff BackoffFunc
+	// Backoff returns how long to wait before retry number attemptNum (0
+	// for the wait after the first attempt), between min and max, which are
+	// always 500ms and 30s. resp is the last response, nil after a
+	// transport error. A Retry-After on a 409, 429 or 503 overrides it
+	// (see [Client.Do]). The signature is that of go-retryablehttp's
+	// Backoff. Defaults to exponential backoff with full jitter: a
+	// uniformly random wait in [0, min(max, min·2^attemptNum)).
+	Backoff func(min, max time.Duration, attemptNum int, resp *http.Response) time.Duration
 
 	// MaxSleep is the longest wait (backoff or Retry-After) slept inside the
 	// process; a longer one is written to the queue as the intent's next
-	// attempt time and the worker moves on. Defaults to MaxSleepDefault (30s).
+	// attempt time and the worker moves on. Defaults to 30s.
 	MaxSleep time.Duration
 
 	// LeaseDuration is how long a process owns an intent it is sending,
@@ -179,15 +183,14 @@ type Config struct {
 	// has its pid any more (on Linux also: the pid now belongs to a process
 	// that started later); elsewhere only the end of the lease counts. A
 	// holder on another host, or one that is alive but stuck, is waited
-	// for. Must exceed AttemptTimeout. Defaults to LeaseDurationDefault (2m).
+	// for. Must exceed AttemptTimeout. Defaults to 2m.
 	LeaseDuration time.Duration
 
 	// AttemptTimeout bounds one HTTP attempt, reading the response body
-	// included. Defaults to AttemptTimeoutDefault (30s).
+	// included. Defaults to 30s.
 	AttemptTimeout time.Duration
 
-	// Concurrency is how many intents Run sends at once. Defaults to
-	// ConcurrencyDefault (4).
+	// Concurrency is how many intents Run sends at once. Defaults to 4.
 	Concurrency int
 
 	// OnEventFunc, if set, is called for every step of an intent in this
@@ -219,8 +222,8 @@ func (c *Config) WithDefaults() *Config {
 	if c != nil {
 		*out = *c
 	}
-	out.Window = cmp.Or(out.Window, WindowDefault)
-	out.SafetyMargin = cmp.Or(out.SafetyMargin, SafetyMarginDefault)
+	out.Window = cmp.Or(out.Window, windowDefault)
+	out.SafetyMargin = cmp.Or(out.SafetyMargin, safetyMarginDefault)
 	if out.CredentialHeaders == nil {
 		out.CredentialHeaders = credentialHeadersDefault
 	}
@@ -231,12 +234,12 @@ func (c *Config) WithDefaults() *Config {
 		out.CheckRetry = DefaultCheckRetry
 	}
 	if out.Backoff == nil {
-		out.Backoff = DefaultBackoff
+		out.Backoff = defaultBackoff
 	}
-	out.MaxSleep = cmp.Or(out.MaxSleep, MaxSleepDefault)
-	out.LeaseDuration = cmp.Or(out.LeaseDuration, LeaseDurationDefault)
-	out.AttemptTimeout = cmp.Or(out.AttemptTimeout, AttemptTimeoutDefault)
-	out.Concurrency = cmp.Or(out.Concurrency, ConcurrencyDefault)
+	out.MaxSleep = cmp.Or(out.MaxSleep, maxSleepDefault)
+	out.LeaseDuration = cmp.Or(out.LeaseDuration, leaseDurationDefault)
+	out.AttemptTimeout = cmp.Or(out.AttemptTimeout, attemptTimeoutDefault)
+	out.Concurrency = cmp.Or(out.Concurrency, concurrencyDefault)
 	out.MaxAttemptsPerHour = cmp.Or(out.MaxAttemptsPerHour, maxAttemptsPerHourDefault)
 	if out.Profile == nil {
 		p, _ := KnownProfile("idemkit")
@@ -898,6 +901,19 @@ func (c *Client) Attempts(ctx context.Context, id string) ([]*Attempt, error) {
 		return nil, ErrClosed
 	}
 	return c.q.attempts(ctx, id)
+}
+
+// SchemaVersion returns the version of the queue file's schema: the number
+// of the last migration applied to it, which is the newest this package
+// knows (Open and NewClient migrate the file, and refuse one a newer
+// version migrated).
+func (c *Client) SchemaVersion(ctx context.Context) (int, error) {
+	if c.closed() {
+		return 0, ErrClosed
+	}
+	var v int
+	err := c.q.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM `+migrationsVersionTable).Scan(&v)
+	return v, interpretError(err)
 }
 
 // Counts returns the number of intents in each state. It reads the whole

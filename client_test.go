@@ -326,7 +326,7 @@ func TestClient_Submit(t *testing.T) {
 			"bad url":      {URL: "http://[::1"},
 			"userinfo":     {URL: "https://user:pw@h/x"},
 			"bad method":   {URL: "http://h/", Method: "PO ST"},
-			"big body":     {URL: "http://h/", Body: make([]byte, MaxBodySize+1)},
+			"big body":     {URL: "http://h/", Body: make([]byte, maxBodySize+1)},
 			"long key":     {URL: "http://h/", Key: strings.Repeat("k", 256)},
 			"control key":  {URL: "http://h/", Key: "a\nb"},
 			"header CRLF":  {URL: "http://h/", Header: http.Header{"X": {"a\r\nb"}}},

@@ -57,7 +57,7 @@
 // idemkit server's in-flight problem, Stripe's idempotency_key_in_use, …); a
 // 409 or 429 that is a handler's own answer is failed. The answers the Profile
 // lists as "key reused" end the intent with ErrKeyReused. Waits use full jitter
-// exponential backoff, 500 ms base, 30 s cap (DefaultBackoff); a Retry-After (on
+// exponential backoff, 500 ms base, 30 s cap (Config.Backoff); a Retry-After (on
 // 409, 429 and 503; seconds or an HTTP-date, read against the response's Date
 // header) is honoured but never waits less than 100 ms plus the backoff, so a
 // "Retry-After: 0" cannot become a hot loop, and no intent gets more than
@@ -137,13 +137,13 @@
 // caller opened. The due lookup is an index on pending intents only, so a
 // queue holding a million terminal intents stays fast; [Client.Prune]
 // deletes old terminal intents in chunks. Bodies are limited to
-// [MaxBodySize] (10 MiB). A file that is not a queue is refused with
+// 10 MiB. A file that is not a queue is refused with
 // [ErrQueueCorrupt] and left untouched; a write lock held by another process
 // beyond the busy timeout is [ErrQueueLocked].
 //
 // Memory does not grow with the queue: intents are read from the file one
 // at a time when claimed, so a Client holds at most Config.Concurrency
-// intents (request and body, up to [MaxBodySize] each) per running Run or
+// intents (request and body, up to 10 MiB each) per running Run or
 // Drain, plus the one of each Do or Wait in progress and the requests of
 // the Submit calls in progress (their callers' own, at most 256 per group
 // commit), whatever the number of queued intents. List and Counts return

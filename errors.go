@@ -46,7 +46,7 @@ var (
 
 	// ErrInvalidRequest means a [Request] was refused before it was queued:
 	// a bad method or URL, credentials in the URL, an invalid header or
-	// key, or a body over [MaxBodySize]. Nothing is written.
+	// key, or a body over 10 MiB. Nothing is written.
 	ErrInvalidRequest = errors.New("idemkit: invalid request")
 
 	// ErrQueueCorrupt means the queue file is not a SQLite database, is

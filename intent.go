@@ -42,10 +42,10 @@ func (s IntentState) valid() bool {
 	return false
 }
 
-// MaxBodySize is the largest request body a [Request] may carry (10 MiB).
+// maxBodySize is the largest request body a [Request] may carry (10 MiB).
 // Larger bodies are refused with [ErrInvalidRequest]; the stored response
 // body of an Outcome is cut at the same size.
-const MaxBodySize = 10 << 20
+const maxBodySize = 10 << 20
 
 // Request is what the caller wants sent, once, with one key.
 type Request struct {
@@ -58,7 +58,7 @@ type Request struct {
 	// memory for as long as it drives the intent, and a process that resumes
 	// the intent later gets them from Config.SendHookFunc.
 	Header http.Header
-	// Body is sent with every attempt; at most MaxBodySize bytes.
+	// Body is sent with every attempt; at most 10 MiB.
 	Body []byte
 	// Key is the Idempotency-Key. When empty, an Idempotency-Key header is
 	// used if present, else a random UUID is minted, once.
@@ -214,8 +214,8 @@ func prepare(req *Request, cfg *Config, prof *Profile) (*prepared, error) {
 	if err := cfg.checkQuery(u); err != nil {
 		return nil, err
 	}
-	if len(req.Body) > MaxBodySize {
-		return nil, invalidf("body is %d bytes, more than MaxBodySize (%d)", len(req.Body), MaxBodySize)
+	if len(req.Body) > maxBodySize {
+		return nil, invalidf("body is %d bytes, more than the limit (%d)", len(req.Body), maxBodySize)
 	}
 	p := &prepared{
 		method: method,
@@ -380,8 +380,8 @@ func decodeIntent(r *row) (*Intent, error) {
 	if r.attempts < 0 || r.attempts > 1<<31 {
 		return nil, bad("attempts out of range", nil)
 	}
-	if len(r.body) > MaxBodySize {
-		return nil, bad("body over MaxBodySize", nil)
+	if len(r.body) > maxBodySize {
+		return nil, bad("body over the size limit", nil)
 	}
 	if in.Body == nil {
 		in.Body = []byte{}

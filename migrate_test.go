@@ -309,7 +309,7 @@ func mustGet(t *testing.T, c *Client, id string) *Intent {
 	return in
 }
 
-// TestQueueSchemaVersion_IsTheLastMigration: the exported version is the
+// TestQueueSchemaVersion_IsTheLastMigration: the version this package writes is the
 // number of the last embedded migration, and what a fresh queue records.
 func TestQueueSchemaVersion_IsTheLastMigration(t *testing.T) {
 	t.Parallel()
@@ -318,11 +318,14 @@ func TestQueueSchemaVersion_IsTheLastMigration(t *testing.T) {
 	sort.Strings(names)
 	last, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(names[len(names)-1], "schema/"), "_", 2)[0])
 	require.NoError(t, err)
-	require.Equal(t, last, QueueSchemaVersion)
+	require.Equal(t, last, queueSchemaVersion)
 	b := setup(t, nil, nil)
 	var v int
 	require.NoError(t, rawDB(t, b.path).QueryRow(`SELECT MAX(version) FROM idemkit_client_migrations`).Scan(&v))
-	require.Equal(t, QueueSchemaVersion, v)
+	require.Equal(t, queueSchemaVersion, v)
+	got, err := b.c.SchemaVersion(testCtx(t))
+	require.NoError(t, err)
+	require.Equal(t, queueSchemaVersion, got)
 }
 
 // TestMigrate_LeaseEndMovesToLeasedUntil: a queue file at schema 005, with
@@ -392,7 +395,7 @@ func TestOpen_RefusesANewerQueue(t *testing.T) {
 	require.NoError(t, b.c.Close())
 	db := rawDB(t, b.path)
 	_, err := db.Exec(`INSERT INTO idemkit_client_migrations (version, name, applied_at) VALUES (?, 'from_the_future', ?)`,
-		QueueSchemaVersion+1, wire.FormatTime(time.Now()))
+		queueSchemaVersion+1, wire.FormatTime(time.Now()))
 	require.NoError(t, err)
 	_, err = Open(testCtx(t), b.path, testConfig())
 	require.ErrorIs(t, err, migrate.ErrNewerSchema)

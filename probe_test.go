@@ -27,7 +27,7 @@ func TestRun_FirstSuccessSoonAfterTheServerReturns(t *testing.T) {
 	cfg.timeNowFunc = clock.Now
 	cfg.Concurrency = 2
 	cfg.MaxSleep = time.Millisecond // every wait goes to the queue: the clock decides
-	cfg.Backoff = func(time.Duration, time.Duration, int, *http.Response) time.Duration { return BackoffCapDefault }
+	cfg.Backoff = func(time.Duration, time.Duration, int, *http.Response) time.Duration { return backoffCap }
 	var up atomic.Bool
 	var mu sync.Mutex
 	var succeeded []time.Time
@@ -108,7 +108,7 @@ func TestRun_ProbeSpendsHalfTheBudget(t *testing.T) {
 	cfg.timeNowFunc = clock.Now
 	cfg.MaxSleep = time.Millisecond
 	cfg.MaxAttemptsPerHour = 10
-	cfg.Backoff = func(time.Duration, time.Duration, int, *http.Response) time.Duration { return BackoffCapDefault }
+	cfg.Backoff = func(time.Duration, time.Duration, int, *http.Response) time.Duration { return backoffCap }
 	b := setup(t, cfg, nil)
 	ctx, cancel := context.WithCancel(testCtx(t))
 	_, err := b.c.Submit(ctx, &Request{URL: "http://" + closedAddr(t)})
@@ -125,5 +125,5 @@ func TestRun_ProbeSpendsHalfTheBudget(t *testing.T) {
 	}
 	cancel()
 	require.NoError(t, <-done)
-	require.Equal(t, []time.Duration{time.Second, time.Second, time.Second, time.Second, BackoffCapDefault, BackoffCapDefault, BackoffCapDefault}, gaps)
+	require.Equal(t, []time.Duration{time.Second, time.Second, time.Second, time.Second, backoffCap, backoffCap, backoffCap}, gaps)
 }

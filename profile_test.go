@@ -184,7 +184,7 @@ func TestRetryAfter_ZeroDoesNotHotLoop(t *testing.T) {
 	t.Parallel()
 	s := newScripted(t, "Idempotency-Key", answer(http.StatusServiceUnavailable, "", "Retry-After", "0"))
 	cfg := testConfig()
-	cfg.Backoff = nil // DefaultBackoff
+	cfg.Backoff = nil // defaultBackoff
 	b := setup(t, cfg, nil)
 	in, err := b.c.Do(shortCtx(t, 1500*time.Millisecond), &Request{URL: s.srv.URL})
 	require.ErrorIs(t, err, context.DeadlineExceeded)

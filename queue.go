@@ -210,11 +210,11 @@ func (q *queue) retryBusy(ctx context.Context, fn func() error) error {
 	}
 }
 
-// QueueSchemaVersion is the version of the queue schema this package
-// writes: the number of its last migration (idemkit_client_migrations).
-// Open refuses a queue migrated by a newer version, whose schema this one
-// cannot write safely.
-const QueueSchemaVersion = 6
+// queueSchemaVersion is the version of the queue schema this package
+// writes: the number of its last migration (idemkit_client_migrations;
+// Client.SchemaVersion reads it). Open refuses a queue migrated by a newer
+// version, whose schema this one cannot write safely.
+const queueSchemaVersion = 6
 
 // migrationsVersionTable is where a queue records its applied migrations.
 const migrationsVersionTable = "idemkit_client_migrations"

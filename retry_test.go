@@ -91,12 +91,12 @@ func TestParseWindow(t *testing.T) {
 func TestDefaultBackoff(t *testing.T) {
 	t.Parallel()
 	for attempt := 0; attempt < 70; attempt++ {
-		ceiling := BackoffCapDefault
+		ceiling := backoffCap
 		if attempt < 6 {
-			ceiling = min(BackoffBaseDefault<<attempt, BackoffCapDefault)
+			ceiling = min(backoffBase<<attempt, backoffCap)
 		}
 		for i := 0; i < 200; i++ {
-			d := DefaultBackoff(BackoffBaseDefault, BackoffCapDefault, attempt, nil)
+			d := defaultBackoff(backoffBase, backoffCap, attempt, nil)
 			require.Greater(t, d, time.Duration(0))
 			require.LessOrEqual(t, d, ceiling+time.Millisecond, "attempt %d", attempt)
 		}
@@ -104,7 +104,7 @@ func TestDefaultBackoff(t *testing.T) {
 	// Full jitter: the waits of one attempt number are spread out.
 	seen := map[time.Duration]bool{}
 	for i := 0; i < 50; i++ {
-		seen[DefaultBackoff(BackoffBaseDefault, BackoffCapDefault, 5, nil).Round(time.Millisecond)] = true
+		seen[defaultBackoff(backoffBase, backoffCap, 5, nil).Round(time.Millisecond)] = true
 	}
 	require.Greater(t, len(seen), 10, "got %d distinct waits, want jitter", len(seen))
 }

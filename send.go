@@ -365,14 +365,14 @@ func (s *sending) request(ctx context.Context) (*http.Request, error) {
 	return r, nil
 }
 
-// do sends one attempt and reads its answer, up to MaxBodySize+1 bytes: an
+// do sends one attempt and reads its answer, up to maxBodySize+1 bytes: an
 // answer cut off by the network is no answer.
 func (s *sending) do(req *http.Request) (*http.Response, []byte, error) {
 	resp, err := s.c.httpc.Do(req)
 	if err != nil {
 		return nil, nil, err
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxBodySize+1))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBodySize+1))
 	resp.Body.Close()
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading response body: %w", err)
@@ -416,7 +416,7 @@ func (s *sending) classify(ctx context.Context, now time.Time, resp *http.Respon
 func (s *sending) schedule(ctx context.Context, now time.Time, resp *http.Response, dec decision) (next time.Time, persist, ok bool, err error) {
 	c := s.c
 	wctx := context.WithoutCancel(ctx)
-	backoff := c.cfg.Backoff(BackoffBaseDefault, BackoffCapDefault, s.retries, resp)
+	backoff := c.cfg.Backoff(backoffBase, backoffCap, s.retries, resp)
 	s.retries++
 	serverWait, has := retryAfter(resp, now)
 	next, ok = schedule(now, s.hz.at, backoff, serverWait, has, dec.minWait, s.hz.lead())
@@ -484,9 +484,9 @@ func (s *sending) sleep(ctx context.Context, now, next time.Time) error {
 func (s *sending) answered(ctx context.Context, resp *http.Response, body []byte, dec decision, a *attemptResult) (*Intent, error) {
 	c := s.c
 	lastErr := ""
-	if len(body) > MaxBodySize {
-		body = body[:MaxBodySize]
-		lastErr = "response body cut at MaxBodySize"
+	if len(body) > maxBodySize {
+		body = body[:maxBodySize]
+		lastErr = "response body cut at 10 MiB"
 	}
 	keyReused := dec.verdict == verdictKeyReused
 	full := &Outcome{Status: resp.StatusCode, Header: resp.Header, Body: body, Replayed: a.replayed, keyReused: keyReused}
@@ -545,7 +545,7 @@ func (s *sending) hookFailed(ctx context.Context, herr error) (*Intent, error) {
 	now := c.now()
 	msg := "send hook: " + herr.Error()
 	a := &attemptResult{n: s.n, errText: msg}
-	next := now.Add(c.cfg.Backoff(BackoffBaseDefault, BackoffCapDefault, s.retries, nil))
+	next := now.Add(c.cfg.Backoff(backoffBase, backoffCap, s.retries, nil))
 	if next.After(s.hz.at) {
 		return s.end(ctx, StateExpired, nil, msg, a)
 	}

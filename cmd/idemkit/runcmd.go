@@ -131,7 +131,7 @@ submit); with --until-done a missing queue means nothing to do (exit 0).`,
 	}
 	cmd.Flags().BoolVar(&untilDone, "until-done", false, "exit once no intent is pending")
 	cmd.Flags().BoolVar(&all, "all", false, "with --until-done: judge every intent in the queue, not only this run's")
-	cmd.Flags().IntVar(&concurrency, "concurrency", idemkit.ConcurrencyDefault, "intents sent at once")
+	cmd.Flags().IntVar(&concurrency, "concurrency", (*idemkit.Config)(nil).WithDefaults().Concurrency, "intents sent at once")
 	cmd.Flags().StringArrayVarP(&headers, "header", "H", nil, "header added at send time to --host only, never stored (repeatable)")
 	cmd.Flags().StringVar(&host, "host", "", "the host -H is sent to: https://api.example.com or api.example.com (default: the host of the pending intents, if they share one)")
 	sf.register(cmd)

@@ -30,6 +30,10 @@ type clientFlags struct {
 	verbose bool
 }
 
+// maxBody bounds what the tracing transport reads of a response: the
+// SDK's own limit (10 MiB).
+const maxBody = 10 << 20
+
 func (f *clientFlags) register(fs *flag.FlagSet) *int64 {
 	fs.StringVar(&f.url, "url", "", "base URL of the payments API")
 	fs.StringVar(&f.account, "account", "alice", "account to pay from")
@@ -226,7 +230,7 @@ func (t *tracingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		t.em.emit(event{Kind: evResponse, Key: key, Text: "<- no answer: " + err.Error()})
 		return nil, err
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, idemkit.MaxBodySize+1))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	if err != nil {

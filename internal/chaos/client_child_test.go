@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"sync"
@@ -60,8 +61,12 @@ const (
 
 // childBackoff is full jitter over [20ms, 400ms]: fast retries, so that a
 // chaos run with thousands of faults stays short.
-func childBackoff(_, _ time.Duration, n int, resp *http.Response) time.Duration {
-	return idemkit.DefaultBackoff(20*time.Millisecond, 400*time.Millisecond, n, resp)
+func childBackoff(_, _ time.Duration, n int, _ *http.Response) time.Duration {
+	ceiling := 400 * time.Millisecond
+	if n < 5 {
+		ceiling = min(ceiling, 20*time.Millisecond<<n)
+	}
+	return rand.N(ceiling) + time.Millisecond
 }
 
 func childConfig(s clientSpec, transport http.RoundTripper) *idemkit.Config {
