@@ -40,7 +40,7 @@ const maxAttemptsPerHourDefault = 120
 
 const (
 	// busyTimeout is how long Open's Client waits for the write lock held
-	// by another process before ErrQueueLocked.
+	// by another process before a Locked QueueError.
 	busyTimeout = 5 * time.Second
 	// sqliteBusyTimeout is the busy_timeout Open sets on its connections:
 	// short, writes retry in Go (see queue.busyRetry).
@@ -420,7 +420,7 @@ func firstQuery(ctx context.Context, db *sql.DB) error {
 			return nil
 		}
 		err = interpretError(err)
-		if !errors.Is(err, ErrQueueLocked) || time.Now().After(deadline) {
+		if !isQueue(err, queueLocked) || time.Now().After(deadline) {
 			return err
 		}
 		t := time.NewTimer(time.Duration(2+rand.IntN(20)) * time.Millisecond)
@@ -467,7 +467,7 @@ func checkHeader(path string) error {
 		return nil
 	}
 	if n < 16 || string(hdr) != "SQLite format 3\x00" {
-		return fmt.Errorf("%w: %s is not a SQLite database (left untouched)", ErrQueueCorrupt, path)
+		return queueErrorf(queueCorrupt, "%s is not a SQLite database (left untouched)", path)
 	}
 	return nil
 }
@@ -793,7 +793,7 @@ func (c *Client) Do(ctx context.Context, req *Request) (*Intent, error) {
 	now := c.now()
 	in, cl, err := c.q.insertClaim(ctx, p, id, now, c.cfg.LeaseDuration, c.plan(now))
 	if err != nil {
-		return in, err // nil unless it is queued (a *ForeignIntentError)
+		return in, err // nil unless it is queued (a Foreign QueueError)
 	}
 	if len(p.creds) > 0 && in.State == StatePending {
 		c.credMu.Lock()
@@ -855,17 +855,15 @@ func result(in *Intent) error {
 	switch in.State {
 	case StateSucceeded, StatePending:
 		return nil
-	case StateExpired:
-		return &ResultError{Intent: in, Err: ErrWindowExpired}
-	case StateCanceled:
-		return &ResultError{Intent: in, Err: ErrCanceled}
+	case StateExpired, StateCanceled:
+		return resultOf(in, nil)
 	}
 	// Whether an answer meant "key reused" was decided by the profile when
 	// it arrived (a replayed answer never does).
 	if in.Outcome != nil && in.Outcome.keyReused {
-		return &ResultError{Intent: in, Err: ErrKeyReused}
+		return resultOf(in, ErrKeyReused)
 	}
-	return &ResultError{Intent: in, Err: ErrFailed}
+	return resultOf(in, nil)
 }
 
 // Get returns the intent with the given id, or ErrNotFound.

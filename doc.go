@@ -29,8 +29,8 @@
 //	switch {
 //	case err == nil: // in.Outcome.Status is 2xx; in.Outcome.Replayed if an earlier attempt did it
 //	case errors.Is(err, idemkit.ErrKeyReused): // 422: a bug, the key was used for another request
-//	case errors.Is(err, idemkit.ErrFailed): // a definitive 4xx: in.Outcome has the answer
-//	case errors.Is(err, idemkit.ErrWindowExpired): // unknown outcome: reconcile, never re-send with a new key
+//	case errors.Is(err, idemkit.StateFailed): // a definitive 4xx: in.Outcome has the answer
+//	case errors.Is(err, idemkit.StateExpired): // unknown outcome: reconcile, never re-send with a new key
 //	default: // ctx ended or the queue failed: the intent stays queued
 //	}
 //
@@ -110,7 +110,7 @@
 // intent the instance that queued it. A copy of the file opened on another
 // host or at another path does not send the pending intents it did not
 // queue (they may have been sent already, and their server's window may
-// be over): Do and Wait return a [*ForeignIntentError] for them, Run skips
+// be over): Do and Wait return a Foreign [QueueError] for them, Run skips
 // them, and [Client.Adopt] sends them on purpose. In-memory databases are
 // refused.
 //
@@ -138,8 +138,8 @@
 // queue holding a million terminal intents stays fast; [Client.Prune]
 // deletes old terminal intents in chunks. Bodies are limited to
 // 10 MiB. A file that is not a queue is refused with
-// [ErrQueueCorrupt] and left untouched; a write lock held by another process
-// beyond the busy timeout is [ErrQueueLocked].
+// a Corrupt [QueueError] and left untouched; a write lock held by another
+// process beyond the busy timeout is a Locked one.
 //
 // Memory does not grow with the queue: intents are read from the file one
 // at a time when claimed, so a Client holds at most Config.Concurrency

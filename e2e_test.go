@@ -263,7 +263,7 @@ func TestE2E_HorizonAndShorterWindow(t *testing.T) {
 	cfg.timeNowFunc = clock.Now
 	b := setup(t, cfg, nil)
 	in, err := b.c.Do(testCtx(t), charge(s.srv.URL))
-	require.ErrorIs(t, err, ErrWindowExpired)
+	require.ErrorIs(t, err, StateExpired)
 	// 24h configured, 600 s advertised, margin min(1m, 60s): horizon = first + 9m.
 	require.Equal(t, in.FirstAttemptAt.Add(9*time.Minute), in.Horizon)
 	mu.Lock()
@@ -407,7 +407,7 @@ func TestE2E_HandlerConflictIsFinal(t *testing.T) {
 			req := charge(s.srv.URL)
 			req.Key = fmt.Sprintf("invoice-%d", status)
 			in, err := b.c.Do(testCtx(t), req)
-			require.ErrorIs(t, err, ErrFailed, "status %d", status)
+			require.ErrorIs(t, err, StateFailed, "status %d", status)
 			require.Equal(t, 1, in.Attempts)
 			require.Equal(t, status, in.Outcome.Status)
 			ins = append(ins, in)
@@ -507,7 +507,7 @@ func resumedIntent(t *testing.T, s *e2eServer, queue, key string) (*Client, *Int
 // TestE2E_Handler422FreshAndReplayedAgree: a handler's own 422 (a
 // validation failure, not key reuse) is stored by the real server; the
 // first answer and its replay to another queue sending the same key and
-// request map to the same Go error, ErrFailed, never ErrKeyReused (the
+// request map to the same Go error, StateFailed, never ErrKeyReused (the
 // profile reads the problem type through the wire contract, not the
 // status).
 func TestE2E_Handler422FreshAndReplayedAgree(t *testing.T) {
@@ -526,7 +526,7 @@ func TestE2E_Handler422FreshAndReplayedAgree(t *testing.T) {
 		req := charge(s.srv.URL)
 		req.Key = "handler-422"
 		in, err := b.c.Do(testCtx(t), req)
-		require.ErrorIs(t, err, ErrFailed, "replayed %v", replayed)
+		require.ErrorIs(t, err, StateFailed, "replayed %v", replayed)
 		require.NotErrorIs(t, err, ErrKeyReused, "replayed %v", replayed)
 		require.Equal(t, replayed, in.Outcome.Replayed)
 		require.Equal(t, http.StatusUnprocessableEntity, in.Outcome.Status)
@@ -534,7 +534,7 @@ func TestE2E_Handler422FreshAndReplayedAgree(t *testing.T) {
 		// Read back from the file, it is the same error.
 		c2 := b.reopen(t, cfg)
 		stored, err := c2.Wait(testCtx(t), in.ID)
-		require.ErrorIs(t, err, ErrFailed)
+		require.ErrorIs(t, err, StateFailed)
 		require.NotErrorIs(t, err, ErrKeyReused)
 		require.Equal(t, StateFailed, stored.State)
 	}

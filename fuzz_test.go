@@ -2,7 +2,6 @@ package idemkit
 
 import (
 	"bytes"
-	"errors"
 	"net/http"
 	"testing"
 	"time"
@@ -52,8 +51,8 @@ func FuzzDecodeIntent(f *testing.F) {
 		}
 		in, err := decodeIntent(r)
 		if err != nil {
-			if !errors.Is(err, ErrQueueCorrupt) {
-				t.Fatalf("decodeIntent error %v does not wrap ErrQueueCorrupt", err)
+			if !isQueue(err, queueCorrupt) {
+				t.Fatalf("decodeIntent error %v is not a Corrupt QueueError", err)
 			}
 			return
 		}

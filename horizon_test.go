@@ -32,7 +32,7 @@ func TestClient_HorizonNeverCrossed(t *testing.T) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
 	in, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL})
-	require.ErrorIs(t, err, ErrWindowExpired)
+	require.ErrorIs(t, err, StateExpired)
 	require.Equal(t, StateExpired, in.State)
 	require.Nil(t, in.Outcome, "the outcome is unknown")
 	// Window 1h, margin min(1m, 6m) = 1m: horizon = first + 59m.
@@ -220,7 +220,7 @@ func TestClient_ExpiresWithoutSending(t *testing.T) {
 				cancel()
 				require.NoError(t, <-done)
 			}
-			require.ErrorIs(t, err, ErrWindowExpired)
+			require.ErrorIs(t, err, StateExpired)
 			require.Equal(t, StateExpired, got.State)
 			require.EqualValues(t, 1, sent.Load(), "nothing sent after the horizon")
 			require.Contains(t, got.LastError, "status 503")

@@ -345,13 +345,13 @@ func scanRow(s scanner) (*row, error) {
 }
 
 // decodeIntent turns a stored row into an Intent. Anything it cannot make
-// sense of is ErrQueueCorrupt, never a panic.
+// sense of is a Corrupt QueueError, never a panic.
 func decodeIntent(r *row) (*Intent, error) {
 	bad := func(what string, err error) error {
 		if err != nil {
-			return fmt.Errorf("%w: intent %q: %s: %v", ErrQueueCorrupt, r.id, what, err)
+			return queueErrorf(queueCorrupt, "intent %q: %s: %w", r.id, what, err)
 		}
-		return fmt.Errorf("%w: intent %q: %s", ErrQueueCorrupt, r.id, what)
+		return queueErrorf(queueCorrupt, "intent %q: %s", r.id, what)
 	}
 	in := &Intent{
 		ID: r.id, Key: r.key, State: IntentState(r.state), Method: r.method, URL: r.url,

@@ -164,7 +164,7 @@ func TestMigrate_From001(t *testing.T) {
 	require.True(t, paid.Outcome.Replayed)
 	require.Equal(t, http.Header{"Content-Type": {"application/json"}}, paid.Outcome.Header, "a JSON header row still reads")
 	// 003 keeps what a 001 client meant: a fresh 422 was "key reused".
-	for id, want := range map[string]error{"reused": ErrKeyReused, "refused": ErrFailed, "paid": nil} {
+	for id, want := range map[string]error{"reused": ErrKeyReused, "refused": StateFailed, "paid": nil} {
 		in, err := c.Get(ctx, id)
 		require.NoError(t, err)
 		if want == nil {
@@ -398,6 +398,7 @@ func TestOpen_RefusesANewerQueue(t *testing.T) {
 		queueSchemaVersion+1, wire.FormatTime(time.Now()))
 	require.NoError(t, err)
 	_, err = Open(testCtx(t), b.path, testConfig())
+	requireQueueError(t, err, (*QueueError).Newer)
 	require.ErrorIs(t, err, migrate.ErrNewerSchema)
 	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7}, migrationVersions(t, db))
 }

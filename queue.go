@@ -44,22 +44,22 @@ func interpretError(err error) error {
 	if errors.As(err, &coded) {
 		switch coded.Code() & 0xff {
 		case sqliteBusy, sqliteLocked:
-			return fmt.Errorf("%w: %v", ErrQueueLocked, err)
+			return &QueueError{problem: queueLocked, Err: err}
 		case sqliteReadOnly:
-			return fmt.Errorf("%w: %v", ErrQueueReadOnly, err)
+			return &QueueError{problem: queueReadOnly, Err: err}
 		case sqliteCorrupt, sqliteNotADB:
-			return fmt.Errorf("%w: %v", ErrQueueCorrupt, err)
+			return &QueueError{problem: queueCorrupt, Err: err}
 		}
 		return fmt.Errorf("idemkit: queue: %w", err)
 	}
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "database is locked"), strings.Contains(msg, "SQLITE_BUSY"):
-		return fmt.Errorf("%w: %v", ErrQueueLocked, err)
+		return &QueueError{problem: queueLocked, Err: err}
 	case strings.Contains(msg, "readonly database"):
-		return fmt.Errorf("%w: %v", ErrQueueReadOnly, err)
+		return &QueueError{problem: queueReadOnly, Err: err}
 	case strings.Contains(msg, "file is not a database"), strings.Contains(msg, "malformed"):
-		return fmt.Errorf("%w: %v", ErrQueueCorrupt, err)
+		return &QueueError{problem: queueCorrupt, Err: err}
 	}
 	return fmt.Errorf("idemkit: queue: %w", err)
 }
@@ -187,12 +187,12 @@ func (q *queue) begin(ctx context.Context, conn *sql.Conn) error {
 }
 
 // retryBusy runs fn, again after a short jittered pause while it fails
-// with ErrQueueLocked, for up to q.busyRetry.
+// because the queue is locked, for up to q.busyRetry.
 func (q *queue) retryBusy(ctx context.Context, fn func() error) error {
 	var deadline time.Time
 	for {
 		err := fn()
-		if err == nil || !errors.Is(err, ErrQueueLocked) || q.busyRetry <= 0 {
+		if err == nil || !isQueue(err, queueLocked) || q.busyRetry <= 0 {
 			return err
 		}
 		if deadline.IsZero() {
@@ -234,6 +234,9 @@ func (q *queue) migrate(ctx context.Context, now time.Time) error {
 	defer q.wmu.Unlock()
 	return q.retryBusy(ctx, func() error {
 		_, err := migrate.Run(ctx, target, ms)
+		if errors.Is(err, migrate.ErrNewerSchema) {
+			return &QueueError{problem: queueNewer, Err: err}
+		}
 		return interpretError(err)
 	})
 }
@@ -520,8 +523,7 @@ func (q *queue) insertClaim(ctx context.Context, p *prepared, id string, now tim
 		}
 		return in.ID, nil
 	}, now, leaseFor, plan)
-	var fe *ForeignIntentError
-	if errors.As(err, &fe) {
+	if isQueue(err, queueForeign) {
 		return in, nil, err // committed: the intent is queued, elsewhere's
 	}
 	if err != nil {
@@ -651,7 +653,7 @@ func (q *queue) nthLastAttempt(ctx context.Context, id string, n int) (time.Time
 	}
 	t, err := wire.ParseTime(s)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("%w: attempt of %s: %v", ErrQueueCorrupt, id, err)
+		return time.Time{}, queueErrorf(queueCorrupt, "attempt of %s: %w", id, err)
 	}
 	return t, nil
 }
@@ -861,11 +863,11 @@ func (q *queue) attempts(ctx context.Context, id string) ([]*Attempt, error) {
 		}
 		var err error
 		if a.StartedAt, err = wire.ParseTime(started); err != nil {
-			return nil, fmt.Errorf("%w: attempt %d of %s: %v", ErrQueueCorrupt, a.N, id, err)
+			return nil, queueErrorf(queueCorrupt, "attempt %d of %s: %w", a.N, id, err)
 		}
 		if finished != nil {
 			if a.FinishedAt, err = wire.ParseTime(*finished); err != nil {
-				return nil, fmt.Errorf("%w: attempt %d of %s: %v", ErrQueueCorrupt, a.N, id, err)
+				return nil, queueErrorf(queueCorrupt, "attempt %d of %s: %w", a.N, id, err)
 			}
 		}
 		if status != nil {
@@ -944,7 +946,7 @@ func (q *queue) nextDue(ctx context.Context) (time.Time, error) {
 	}
 	t, err := wire.ParseTime(*s)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("%w: next_attempt_at: %v", ErrQueueCorrupt, err)
+		return time.Time{}, queueErrorf(queueCorrupt, "next_attempt_at: %w", err)
 	}
 	return t, nil
 }

@@ -150,7 +150,7 @@ func TestOpen_CorruptFile(t *testing.T) {
 	garbage := bytes.Repeat([]byte("not a database, just bytes. "), 400)
 	require.NoError(t, os.WriteFile(path, garbage, 0o600))
 	_, err := Open(testCtx(t), path, nil)
-	require.ErrorIs(t, err, ErrQueueCorrupt)
+	requireQueueError(t, err, (*QueueError).Corrupt)
 	after, err := os.ReadFile(path)
 	require.NoError(t, err)
 	require.Equal(t, garbage, after, "a corrupt queue file is left untouched")
@@ -182,7 +182,7 @@ func TestOpen_CorruptFile(t *testing.T) {
 		_, err = c.List(testCtx(t), nil)
 		require.NoError(t, c.Close())
 	}
-	require.ErrorIs(t, err, ErrQueueCorrupt)
+	requireQueueError(t, err, (*QueueError).Corrupt)
 }
 
 func TestClient_LockedQueue(t *testing.T) {
@@ -204,7 +204,7 @@ func TestClient_LockedQueue(t *testing.T) {
 	require.NoError(t, err)
 	defer db.Close()
 	_, err = NewClient(ctx, db, nil)
-	require.ErrorIs(t, err, ErrQueueLocked, "migrating needs the write lock")
+	requireQueueError(t, err, (*QueueError).Locked, "migrating needs the write lock")
 
 	// A Client opened before the lock: Submit fails clearly, reads work.
 	short, err := sql.Open("sqlite", b.path+"?_pragma=busy_timeout(100)")
@@ -218,7 +218,7 @@ func TestClient_LockedQueue(t *testing.T) {
 	_, err = conn.ExecContext(ctx, "BEGIN EXCLUSIVE")
 	require.NoError(t, err)
 	_, err = c2.Submit(ctx, &Request{URL: "http://127.0.0.1:1/new"})
-	require.ErrorIs(t, err, ErrQueueLocked)
+	requireQueueError(t, err, (*QueueError).Locked)
 	got, err := c2.Get(ctx, kept.ID)
 	require.NoError(t, err, "reads go on in WAL mode")
 	require.Equal(t, kept.Key, got.Key)
@@ -241,9 +241,9 @@ func TestClient_CorruptRowIsQuarantined(t *testing.T) {
 	_, err = rawDB(t, b.path).Exec(`UPDATE idemkit_intents SET header = X'7B7B' WHERE id = ?`, bad.ID)
 	require.NoError(t, err)
 	_, err = b.c.q.claim(ctx, "", time.Now(), time.Minute, b.c.plan(time.Now()))
-	require.ErrorIs(t, err, ErrQueueCorrupt)
+	requireQueueError(t, err, (*QueueError).Corrupt)
 	_, err = b.c.Get(ctx, bad.ID)
-	require.ErrorIs(t, err, ErrQueueCorrupt)
+	requireQueueError(t, err, (*QueueError).Corrupt)
 	cl, err := b.c.q.claim(ctx, "", time.Now(), time.Minute, b.c.plan(time.Now()))
 	require.NoError(t, err)
 	require.Nil(t, cl, "the bad row is set aside, not retried in a loop")
@@ -290,7 +290,7 @@ func TestClient_ReadOnlyQueue(t *testing.T) {
 		_, err = ro.Submit(ctx, &Request{URL: "http://127.0.0.1:1/y"})
 		require.NoError(t, ro.Close())
 	}
-	require.ErrorIs(t, err, ErrQueueReadOnly)
+	requireQueueError(t, err, (*QueueError).ReadOnly)
 	all, err := b.c.List(ctx, nil)
 	require.NoError(t, err)
 	require.Len(t, all, 1)
@@ -315,7 +315,7 @@ func TestPrune_ByStateKeepsReceipts(t *testing.T) {
 	ok, err := b.c.Do(ctx, &Request{URL: b.srv.URL + "/ok"})
 	require.NoError(t, err)
 	_, err = b.c.Do(ctx, &Request{URL: b.srv.URL + "/bad"})
-	require.ErrorIs(t, err, ErrFailed)
+	require.ErrorIs(t, err, StateFailed)
 	canceled, err := b.c.Submit(ctx, &Request{URL: b.srv.URL + "/later"})
 	require.NoError(t, err)
 	require.NoError(t, b.c.Cancel(ctx, canceled.ID))
@@ -539,7 +539,7 @@ func TestList_DamagedRowDoesNotHideTheOthers(t *testing.T) {
 	require.NoError(t, err)
 
 	list, err := b.c.List(ctx, nil)
-	require.ErrorIs(t, err, ErrQueueCorrupt)
+	requireQueueError(t, err, (*QueueError).Corrupt)
 	require.Contains(t, err.Error(), bad.ID)
 	var ids []string
 	for _, in := range list {

@@ -64,7 +64,7 @@ func (c *Client) driveClaimed(ctx context.Context, id string, first *claimed) (i
 		cl, err := first, error(nil)
 		if first == nil && c.isExhausted(id) {
 			in, _ := c.q.get(context.WithoutCancel(ctx), id)
-			return in, ErrMaxAttempts
+			return in, &resultError{state: StatePending, in: in, cause: errMaxAttempts}
 		}
 		if first == nil {
 			c.takeOver(ctx, id) // held by a dead process? then claim it now

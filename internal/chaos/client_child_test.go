@@ -147,7 +147,7 @@ func clientMain(s clientSpec) error {
 }
 
 // submitAll submits the spec's intents, 32 at a time (they share group
-// commits). ErrQueueLocked is retried.
+// commits). A Locked QueueError is retried.
 func submitAll(ctx context.Context, c *idemkit.Client, s clientSpec) error {
 	sem := make(chan struct{}, 32)
 	var (
@@ -165,7 +165,7 @@ func submitAll(ctx context.Context, c *idemkit.Client, s clientSpec) error {
 			var err error
 			for range 20 {
 				_, err = c.Submit(ctx, paymentRequest(s.URL, key, intentAmount(i)))
-				if !errors.Is(err, idemkit.ErrQueueLocked) {
+				if !queueLocked(err) {
 					break
 				}
 			}
@@ -203,7 +203,7 @@ func runUntilDone(ctx context.Context, c *idemkit.Client, limit time.Duration) e
 			fmt.Println("DONE")
 			return nil
 		}
-		if err != nil && !errors.Is(err, idemkit.ErrQueueLocked) {
+		if err != nil && !queueLocked(err) {
 			return err
 		}
 		select {
@@ -240,4 +240,10 @@ func blockUntilKilled() {
 	t := time.NewTimer(10 * time.Minute)
 	defer t.Stop()
 	<-t.C
+}
+
+// queueLocked reports a queue file locked by another process.
+func queueLocked(err error) bool {
+	var qe *idemkit.QueueError
+	return errors.As(err, &qe) && qe.Locked()
 }
