@@ -468,7 +468,7 @@ func (s *sending) sleep(ctx context.Context, now, next time.Time) error {
 	d := next.Sub(now)
 	s.c.log.Debug("idemkit: retrying", "intent", s.in.ID, "attempt", s.n, "wait", d, "reason", s.lastErr)
 	s.c.emit(Event{Kind: EventRetrying, IntentID: s.in.ID, Key: s.in.Key, URL: redact(s.in.URL), Attempt: s.n,
-		Reason: s.lastErr, Wait: d, At: now})
+		Reason: s.lastErr, Wait: d, Next: next, At: now})
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -566,7 +566,9 @@ func (s *sending) started() {
 // rescheduled announces a wait written to the queue.
 func (s *sending) rescheduled(next time.Time, reason string) {
 	s.c.log.Debug("idemkit: rescheduled", "intent", s.in.ID, "next", next, "reason", reason)
-	s.c.emit(Event{Kind: EventRescheduled, IntentID: s.in.ID, Key: s.in.Key, URL: redact(s.in.URL), Attempt: s.n, Next: next, Reason: reason})
+	now := s.c.now()
+	s.c.emit(Event{Kind: EventRetrying, IntentID: s.in.ID, Key: s.in.Key, URL: redact(s.in.URL), Attempt: s.n,
+		Reason: reason, Wait: max(next.Sub(now), 0), Next: next, Queued: true, At: now})
 }
 
 // after re-reads the intent once its claim is over, and announces its end.
