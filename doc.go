@@ -157,5 +157,6 @@
 // # Stability
 //
 // idemkit is v0: the API may change before v1. The queue schema is
-// versioned and migrated forward automatically.
+// versioned and migrated forward automatically; a queue migrated by a newer
+// version is refused (a Newer [QueueError]).
 package idemkit

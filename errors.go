@@ -1,8 +1,10 @@
 package idemkit
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sentinel errors, matched with errors.Is. The error of an intent that did
@@ -213,4 +215,47 @@ var errLeaseLost = errors.New("idemkit: lease lost")
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidRequest, fmt.Sprintf(format, args...))
+}
+
+// SQLite result codes the queue interprets (primary codes, low byte).
+const (
+	sqliteBusy     = 5
+	sqliteLocked   = 6
+	sqliteReadOnly = 8
+	sqliteCorrupt  = 11
+	sqliteNotADB   = 26
+)
+
+// interpretError translates driver errors at the queue boundary: by result
+// code when the driver exposes one (modernc.org/sqlite), by message
+// otherwise.
+func interpretError(err error) error {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if strings.HasPrefix(err.Error(), "idemkit") {
+		return err // ours already (a sentinel, or interpreted before)
+	}
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) {
+		switch coded.Code() & 0xff {
+		case sqliteBusy, sqliteLocked:
+			return &QueueError{problem: queueLocked, Err: err}
+		case sqliteReadOnly:
+			return &QueueError{problem: queueReadOnly, Err: err}
+		case sqliteCorrupt, sqliteNotADB:
+			return &QueueError{problem: queueCorrupt, Err: err}
+		}
+		return fmt.Errorf("idemkit: queue: %w", err)
+	}
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "database is locked"), strings.Contains(msg, "SQLITE_BUSY"):
+		return &QueueError{problem: queueLocked, Err: err}
+	case strings.Contains(msg, "readonly database"):
+		return &QueueError{problem: queueReadOnly, Err: err}
+	case strings.Contains(msg, "file is not a database"), strings.Contains(msg, "malformed"):
+		return &QueueError{problem: queueCorrupt, Err: err}
+	}
+	return fmt.Errorf("idemkit: queue: %w", err)
 }
