@@ -77,7 +77,7 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 		if err := st.Migrate(ctx); err != nil {
 			return nil, fmt.Errorf("migrate idempotency store: %w", err)
 		}
-		store, l = st, &pgLedger{pool: pool}
+		store, l = st, ledger{d: pgDialect{pool: pool}}
 	} else {
 		a.backend = "sqlite"
 		db, err := server.OpenSQLite(ctx, cfg.DB)
@@ -92,7 +92,7 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 		if err := st.Migrate(ctx); err != nil {
 			return nil, fmt.Errorf("migrate idempotency store: %w", err)
 		}
-		store, l = st, &sqliteLedger{db: db}
+		store, l = st, ledger{d: sqliteDialect{db: db}}
 	}
 	if err := l.migrate(ctx); err != nil {
 		return nil, err

@@ -8,8 +8,9 @@
 -- that takes over an expired lease finds the payment instead of charging
 -- twice.
 --
--- Every statement is idempotent: the example runs this file at each start,
--- under an advisory lock.
+-- Every statement is idempotent: databases created before the versions
+-- table payments_migrations existed already have the table, and get this
+-- migration applied (and recorded) once more.
 CREATE TABLE IF NOT EXISTS payments (
     id              text        NOT NULL PRIMARY KEY,
     account         text        NOT NULL,

@@ -11,7 +11,9 @@
 -- created_at is fixed-width RFC 3339 UTC text with milliseconds
 -- (2006-01-02T15:04:05.000Z), so that text order is time order.
 --
--- Every statement is idempotent: the example runs this file at each start.
+-- Every statement is idempotent: databases created before the versions
+-- table payments_migrations existed already have the table, and get this
+-- migration applied (and recorded) once more.
 CREATE TABLE IF NOT EXISTS payments (
     id              TEXT    NOT NULL PRIMARY KEY,
     account         TEXT    NOT NULL,
