@@ -2,6 +2,7 @@ package idemkit
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -86,11 +87,8 @@ func (c *Client) send(ctx context.Context, cl *claimed, yield bool) (*Intent, er
 		switch {
 		case ctx.Err() != nil:
 			return s.canceled(wctx, ctx, a)
-		case !retry && giveUp == nil && resp == nil:
-			giveUp = err
-			fallthrough
-		case !retry && giveUp != nil:
-			return s.end(wctx, StateFailed, nil, "gave up: "+redactErr(giveUp), a)
+		case !retry && (giveUp != nil || resp == nil): // a transport error is no answer
+			return s.end(wctx, StateFailed, nil, "gave up: "+redactErr(cmp.Or(giveUp, err)), a)
 		case !retry:
 			return s.answered(wctx, resp, body, dec, a)
 		}
