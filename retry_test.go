@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -209,4 +211,56 @@ func FuzzParseRetryAfter(f *testing.F) {
 			t.Fatalf("Retry-After %q scheduled at %v, after the horizon %v", v, next, horizon)
 		}
 	})
+}
+
+// TestDefaultCheckRetry_TransportErrors: the transport errors no retry can
+// fix give up (go-retryablehttp's classification: too many redirects, an
+// unsupported scheme, an invalid header, an untrusted certificate; and a
+// certificate error however wrapped); the others are retried.
+func TestDefaultCheckRetry_TransportErrors(t *testing.T) {
+	t.Parallel()
+	ue := func(err error) error { return &url.Error{Op: "Post", URL: "https://h/x", Err: err} }
+	for _, tc := range []struct {
+		name  string
+		err   error
+		retry bool
+	}{
+		{"connection refused", ue(errors.New("dial tcp 127.0.0.1:1: connect: connection refused")), true},
+		{"reset", ue(errors.New("read: connection reset by peer")), true},
+		{"timeout", ue(context.DeadlineExceeded), true},
+		{"redirects", ue(errors.New("stopped after 10 redirects")), false},
+		{"scheme", ue(errors.New(`unsupported protocol scheme "ftp"`)), false},
+		{"invalid header", ue(errors.New(`net/http: invalid header field value for "X-A"`)), false},
+		{"untrusted", ue(errors.New("x509: certificate is not trusted")), false},
+		{"unknown CA", ue(x509.UnknownAuthorityError{}), false},
+		{"hostname", ue(x509.HostnameError{Certificate: &x509.Certificate{}, Host: "h"}), false},
+		{"wrapped certificate error", fmt.Errorf("attempt: %w", x509.CertificateInvalidError{Reason: x509.Expired}), false},
+	} {
+		retry, err := DefaultCheckRetry(context.Background(), nil, tc.err)
+		require.Equal(t, tc.retry, retry, tc.name)
+		if tc.retry {
+			require.NoError(t, err, tc.name)
+		} else {
+			require.Error(t, err, "%s: giving up says why", tc.name)
+		}
+	}
+}
+
+// TestDo_BadCertificateGivesUp: a server whose certificate the client does
+// not trust gets one attempt; the intent ends failed with the TLS error.
+func TestDo_BadCertificateGivesUp(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(srv.Close)
+	b := setup(t, nil, nil)
+	in, err := b.c.Do(testCtx(t), &Request{URL: srv.URL})
+	require.ErrorIs(t, err, StateFailed)
+	require.Equal(t, 1, in.Attempts, "never retried")
+	require.Contains(t, in.LastError, "gave up")
+	require.Contains(t, in.LastError, "certificate")
+	require.Zero(t, n.Load(), "the handler never ran")
 }
