@@ -86,7 +86,8 @@ type Client struct {
 // BEGIN IMMEDIATE transactions, the write lock waited for up to 5 s when
 // another process holds it), migrates it and returns a
 // Client that owns it. A file that is not a SQLite database is refused with
-// ErrQueueCorrupt and left untouched.
+// a Corrupt [QueueError] and left untouched, and so is a queue a newer
+// version migrated (Newer).
 func Open(ctx context.Context, path string, cfg *Config) (*Client, error) {
 	if path == ":memory:" || strings.HasPrefix(path, "file:") {
 		return nil, fmt.Errorf("%w (got %q; Open takes a file path, not a URI)", errInMemory, path)
@@ -404,9 +405,9 @@ func (c *Client) changedCh() <-chan struct{} {
 // Do submits req and drives it to an outcome: it sends it, retries with the
 // same key as the policy and the horizon allow, and waits out long
 // Retry-After waits (or another process holding the intent). It returns the
-// intent with a nil error when it succeeded, and a *ResultError wrapping
-// ErrKeyReused, ErrFailed, ErrWindowExpired or ErrCanceled when it ended
-// otherwise. If ctx ends first, Do returns ctx's error and the intent, which
+// intent with a nil error when it succeeded, and an error matching its
+// state (StateFailed, and ErrKeyReused for a reused key; StateExpired;
+// StateCanceled; see [IntentState.Error]) when it ended otherwise. If ctx ends first, Do returns ctx's error and the intent, which
 // stays pending in the queue: a Run worker, or Wait, finishes it later.
 func (c *Client) Do(ctx context.Context, req *Request) (*Intent, error) {
 	p, id, err := c.newIntent(req)
@@ -482,8 +483,8 @@ func (c *Client) Get(ctx context.Context, id string) (*Intent, error) {
 // List returns intents matching opts (nil lists the first 100): pending
 // ones in due order, terminal ones by last update, all of them by creation.
 // Rows that cannot be decoded are left out and reported: List then returns
-// the others together with an error wrapping ErrQueueCorrupt for each
-// damaged row (naming its intent id).
+// the others together with a Corrupt [QueueError] for each damaged row
+// (naming its intent id), joined.
 func (c *Client) List(ctx context.Context, opts *ListOptions) ([]*Intent, error) {
 	if c.closed() {
 		return nil, ErrClosed

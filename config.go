@@ -112,8 +112,9 @@ type Config struct {
 	// for one intent (counted in memory since Open or NewClient): once an
 	// intent reached it without a definitive answer, it stays pending with
 	// its next attempt time, Run and Drain no longer claim it, and Do
-	// returns it with ErrMaxAttempts. Another Client (a later run) may
-	// send it again. Defaults to 0: only the horizon ends the retries.
+	// returns it with an error matching StatePending. Another Client (a
+	// later run) may send it again. Defaults to 0: only the horizon ends
+	// the retries.
 	MaxAttempts int
 
 	// SendHookFunc is called before every attempt, with the intent's host

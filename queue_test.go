@@ -524,7 +524,7 @@ func TestSubmit_ReturnsOnlyOnceItsIntentIsDurable(t *testing.T) {
 }
 
 // TestList_DamagedRowDoesNotHideTheOthers: one row that cannot be decoded does not
-// hide the others; List returns them with an ErrQueueCorrupt naming it.
+// hide the others; List returns them with a Corrupt QueueError naming it.
 func TestList_DamagedRowDoesNotHideTheOthers(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil, nil)
