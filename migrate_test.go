@@ -283,15 +283,16 @@ func TestQueue_LeaseOwnerLifecycle(t *testing.T) {
 	require.NoError(t, b.c.q.reschedule(ctx, cl.lease, time.Now(), wait{due: time.Now(), lastErr: "released"}))
 	require.Nil(t, ownerOf(rel.ID))
 
-	// A 001 client's claim (token moved, holder not named) clears the name
-	// of the previous holder, who no longer holds the lease; a claim that
-	// names its holder keeps it.
+	// A 001 client's claim (token moved, holder not named), once the lease
+	// ran out by its clock, clears the name of the previous holder, who no
+	// longer holds the lease; a claim that names its holder keeps it.
 	cl, err = b.c.q.claim(ctx, rel.ID, time.Now(), time.Minute, b.c.plan(time.Now()))
 	require.NoError(t, err)
 	require.NotNil(t, cl)
 	require.Equal(t, b.c.q.owner, *ownerOf(rel.ID), "a claim after a release names its holder")
-	_, err = db.ExecContext(ctx, `UPDATE idemkit_intents SET lease_token = lease_token + 1, attempts = attempts + 1, next_attempt_at = ? WHERE id = ?`,
-		wire.FormatTime(time.Now().Add(time.Minute)), rel.ID)
+	ranOut := time.Now().Add(2 * time.Minute)
+	_, err = db.ExecContext(ctx, `UPDATE idemkit_intents SET lease_token = lease_token + 1, attempts = attempts + 1, next_attempt_at = ?, updated_at = ? WHERE id = ?`,
+		wire.FormatTime(ranOut.Add(time.Minute)), wire.FormatTime(ranOut), rel.ID)
 	require.NoError(t, err)
 	require.Nil(t, ownerOf(rel.ID), "the 001 client's lease names no holder")
 	_, err = db.ExecContext(ctx, `UPDATE idemkit_intents SET lease_token = lease_token + 1, lease_owner = 'h/1/1' WHERE id = ?`, rel.ID)
@@ -401,4 +402,42 @@ func TestOpen_RefusesANewerQueue(t *testing.T) {
 	requireQueueError(t, err, (*QueueError).Newer)
 	require.ErrorIs(t, err, migrate.ErrNewerSchema)
 	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7}, migrationVersions(t, db))
+}
+
+// TestMigrate_OlderClientCannotClaimALiveLease: a client from before 006
+// sharing the file claims by next_attempt_at alone, which is now the due
+// time of an intent whose lease is live: its claim (the 005 claim
+// statement) is refused while the lease runs by its own clock, and passes
+// once it has run out.
+func TestMigrate_OlderClientCannotClaimALiveLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	ctx := testCtx(t)
+	in, err := b.c.Submit(ctx, &Request{URL: "http://127.0.0.1:1/x"})
+	require.NoError(t, err)
+	now := time.Now()
+	cl, err := b.c.q.claim(ctx, in.ID, now, time.Minute, b.c.plan(now))
+	require.NoError(t, err)
+	require.NotNil(t, cl)
+	const claim005 = `UPDATE idemkit_intents SET
+		lease_token = lease_token + 1, lease_owner = ?5, attempts = attempts + 1,
+		first_attempt_at = COALESCE(first_attempt_at, ?1),
+		horizon = CASE WHEN horizon IS NULL OR horizon > ?2 THEN ?2 ELSE horizon END,
+		next_attempt_at = ?3, updated_at = ?1
+	WHERE id = ?4 AND state = 'pending'`
+	db := rawDB(t, b.path)
+	old := func(at time.Time) error {
+		_, err := db.ExecContext(ctx, claim005, wire.FormatTime(at), wire.FormatTime(at.Add(time.Hour)),
+			wire.FormatTime(at.Add(time.Minute)), in.ID, "h/1/1")
+		return err
+	}
+	err = old(now.Add(time.Second))
+	require.ErrorContains(t, err, "leased")
+	var token int64
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT lease_token FROM idemkit_intents WHERE id = ?`, in.ID).Scan(&token))
+	require.Equal(t, cl.token, token, "the live lease is untouched")
+
+	require.NoError(t, old(now.Add(2*time.Minute)), "a lease that ran out may be claimed")
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT lease_token FROM idemkit_intents WHERE id = ?`, in.ID).Scan(&token))
+	require.Equal(t, cl.token+1, token)
 }

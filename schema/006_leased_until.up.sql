@@ -11,3 +11,16 @@ ALTER TABLE idemkit_intents ADD COLUMN leased_until TEXT;
 
 UPDATE idemkit_intents SET leased_until = next_attempt_at
 WHERE state = 'pending' AND lease_owner IS NOT NULL;
+
+-- A client from before this migration, sharing the queue file, would claim
+-- an intent by its due time alone, taking over a lease that is live: it
+-- must not. A claim (a new fencing token) is refused while the lease runs,
+-- by the claimer's own clock (the updated_at it writes). This package
+-- claims only intents whose lease has ended, and takeovers end a dead
+-- holder's lease first, so its claims always pass.
+CREATE TRIGGER IF NOT EXISTS idemkit_intents_lease_held
+BEFORE UPDATE OF lease_token ON idemkit_intents
+WHEN NEW.lease_token <> OLD.lease_token AND OLD.leased_until IS NOT NULL AND OLD.leased_until > NEW.updated_at
+BEGIN
+    SELECT RAISE(ABORT, 'idemkit: the intent is leased (leased_until): a client older than queue schema 6 cannot claim it; upgrade it');
+END;
