@@ -20,7 +20,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/pgstore"
 )
 
 // The server modes. baselineMode is the hand-written idempotent POST every
@@ -45,7 +47,7 @@ type serverMode struct {
 // that the server and sweeper sections share.
 type pgEnv struct {
 	pool    *pgxpool.Pool
-	store   *server.PostgresStore
+	store   *pgstore.Store
 	version string
 	schema  string
 	baseURL string
@@ -122,7 +124,7 @@ func newPgEnv(ctx context.Context, cfg config) (env *pgEnv, err error) {
 		return nil, err
 	}
 	closers = append(closers, env.pool.Close)
-	if env.store, err = server.NewPostgresStore(env.pool, nil); err != nil {
+	if env.store, err = pgstore.New(env.pool, nil); err != nil {
 		return nil, err
 	}
 	if err := env.store.Migrate(ctx); err != nil {
@@ -214,7 +216,7 @@ func defaultModes(env *pgEnv) ([]serverMode, error) {
 		return nil, err
 	}
 	onTx := func(r *http.Request) execer {
-		if tx, ok := server.PgxTx(r.Context()); ok {
+		if tx, ok := pgstore.Tx(r.Context()); ok {
 			return tx
 		}
 		return nil // not reached: the transactional middleware always opens one
@@ -277,7 +279,7 @@ VALUES ($1, $2, $3, now() + interval '24 hours') ON CONFLICT DO NOTHING RETURNIN
 			http.Error(w, "in flight", http.StatusConflict) // not reached: the claim commits completed
 		default:
 			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set(server.HeaderReplayed, "true")
+			w.Header().Set(wire.HeaderReplayed, "true")
 			w.WriteHeader(int(*status))
 			_, _ = w.Write(stored)
 		}
@@ -369,10 +371,10 @@ func serverCell(ctx context.Context, cfg config, env *pgEnv, m serverMode, scena
 		if resp.StatusCode != http.StatusCreated {
 			return fmt.Errorf("%s %s: status %d, want 201: %.200s", m.name, scenario, resp.StatusCode, body)
 		}
-		replayed := resp.Header.Get(server.HeaderReplayed) == "true"
+		replayed := resp.Header.Get(wire.HeaderReplayed) == "true"
 		if scenario == scenarioReplay {
 			if !replayed {
-				return fmt.Errorf("%s replay of key %s: no %s: true header: the handler ran again", m.name, k.key, server.HeaderReplayed)
+				return fmt.Errorf("%s replay of key %s: no %s: true header: the handler ran again", m.name, k.key, wire.HeaderReplayed)
 			}
 			if !bytes.Equal(body, k.body) {
 				return fmt.Errorf("%s replay of key %s: body %q differs from the first response %q", m.name, k.key, body, k.body)

@@ -22,7 +22,7 @@ func seedExpired(ctx context.Context, env *pgEnv, n int, now time.Time) error {
 	fp := sha256.Sum256([]byte(requestBody))
 	sc := server.Scope{Principal: sweepPrincipal, Endpoint: "POST /sweep", Key: "expired-template"}
 	if _, err := env.store.Claim(ctx, server.ClaimRequest{
-		Scope: sc, Fingerprint: fp[:], FingerprintVersion: server.FingerprintVersion,
+		Scope: sc, Fingerprint: fp[:], FingerprintVersion: 1,
 		Now: now.Add(-48 * time.Hour), ExpiresAt: now.Add(-24 * time.Hour), LockedUntil: now.Add(-47 * time.Hour),
 	}); err != nil {
 		return fmt.Errorf("claim the template expired record: %w", err)
@@ -67,7 +67,7 @@ func runSweep(ctx context.Context, cfg config, env *pgEnv, rep *report, progress
 		t := time.Now()
 		res, err := env.store.Claim(ctx, server.ClaimRequest{
 			Scope:       server.Scope{Principal: sweepPrincipal, Endpoint: "POST /claim", Key: uuid.NewString()},
-			Fingerprint: fp[:], FingerprintVersion: server.FingerprintVersion,
+			Fingerprint: fp[:], FingerprintVersion: 1,
 			Now: t, ExpiresAt: t.Add(24 * time.Hour), LockedUntil: t.Add(30 * time.Second),
 		})
 		if err != nil {

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"fmt"
@@ -10,6 +10,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/wire"
+	"github.com/idemkit/idemkit/server"
 )
 
 // BenchmarkMiddleware measures a protected POST (first request: claim,
@@ -33,7 +36,7 @@ func BenchmarkMiddleware(b *testing.B) {
 			mux := http.NewServeMux()
 			mux.Handle("POST /raw", handler)
 			for _, mode := range mwModes {
-				m, err := New(st.store, &Config{
+				m, err := server.New(st.store, &server.Config{
 					PrincipalFunc: mwPrincipal, Mode: mode,
 					Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 				})
@@ -45,7 +48,7 @@ func BenchmarkMiddleware(b *testing.B) {
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("X-Principal", "alice")
 				if key != "" {
-					req.Header.Set(HeaderKey, key)
+					req.Header.Set(server.HeaderKey, key)
 				}
 				w := httptest.NewRecorder()
 				mux.ServeHTTP(w, req)
@@ -82,22 +85,11 @@ func BenchmarkMiddleware(b *testing.B) {
 	}
 }
 
-func BenchmarkCanonicalJSON(b *testing.B) {
-	in := []byte(`{"currency":"EUR","amount":4000,"metadata":{"order":"ord_123","items":[1,2,3.50,"x"]},"description":"caf\u00e9"}`)
-	b.ReportAllocs()
-	b.SetBytes(int64(len(in)))
-	for b.Loop() {
-		if _, err := CanonicalJSON(in); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 func BenchmarkParseKey(b *testing.B) {
 	h := []string{"8e03978e-40d5-43e8-bc93-6894a57f9324"}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := ParseKey(h); err != nil {
+		if _, err := wire.ParseKey(h); err != nil {
 			b.Fatal(err)
 		}
 	}

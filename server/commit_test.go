@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"context"
@@ -11,6 +11,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/wire"
+	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/pgstore"
 )
 
 // txProxyRig is a transactional-mode middleware on PostgreSQL reached
@@ -30,17 +34,17 @@ func newTxProxyRig(t *testing.T, storeTimeout time.Duration, afterEffect func(*p
 	store := mwNewPostgresStore(t, ctx, rig.pg.pool)
 	_, err := rig.pg.direct.Exec(ctx, mwEffectsTablePostgres)
 	require.NoError(t, err)
-	mw, err := New(store, &Config{
+	mw, err := server.New(store, &server.Config{
 		PrincipalFunc: mwPrincipal,
-		Mode:          ModeTransactional,
+		Mode:          server.ModeTransactional,
 		StoreTimeout:  storeTimeout,
 		Logger:        slog.New(slog.NewTextHandler(t.Output(), nil)),
 	})
 	require.NoError(t, err)
 	rig.srv = httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rig.runs++
-		tx, _ := PgxTx(r.Context())
-		sc, _ := ScopeFromContext(r.Context())
+		tx, _ := pgstore.Tx(r.Context())
+		sc, _ := server.ScopeFromContext(r.Context())
 		if _, err := tx.Exec(r.Context(), mwInsertEffectPostgres, sc.Principal, sc.Key, "paid"); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
@@ -56,7 +60,7 @@ func newTxProxyRig(t *testing.T, storeTimeout time.Duration, afterEffect func(*p
 
 func (rig *txProxyRig) post(t *testing.T, key string) *mwResponse {
 	t.Helper()
-	return mwPost(t, rig.srv, "/pay", map[string]string{"X-Principal": "alice", HeaderKey: key}, `{}`)
+	return mwPost(t, rig.srv, "/pay", map[string]string{"X-Principal": "alice", server.HeaderKey: key}, `{}`)
 }
 
 // mwPost sends a POST with the given headers and body to srv and reads the
@@ -84,7 +88,7 @@ func mwPost(t *testing.T, srv *httptest.Server, path string, header map[string]s
 // answers outcome-unknown; a retry with the same key replays.
 func TestTransactionalCommit_LostAnswerIsNotReportedAsRollback(t *testing.T) {
 	t.Parallel()
-	rig := newTxProxyRig(t, StoreTimeoutDefault, func(pg *proxiedPostgres) { pg.proxy.DropNextCommitReply() })
+	rig := newTxProxyRig(t, 5*time.Second, func(pg *proxiedPostgres) { pg.proxy.DropNextCommitReply() })
 
 	first := rig.post(t, "commit-1")
 	require.Equal(t, 1, rig.pg.proxy.CommitRepliesDropped(), "the proxy dropped the COMMIT's answer")
@@ -92,7 +96,7 @@ func TestTransactionalCommit_LostAnswerIsNotReportedAsRollback(t *testing.T) {
 	require.NoError(t, rig.pg.direct.QueryRow(context.Background(), mwCountEffects).Scan(&effects))
 	require.Equal(t, 1, effects, "the transaction committed")
 	if first.Status == http.StatusServiceUnavailable {
-		first.requireProblem(t, http.StatusServiceUnavailable, ProblemOutcomeUnknown)
+		first.requireProblem(t, http.StatusServiceUnavailable, wire.ProblemOutcomeUnknown)
 	} else {
 		require.Equal(t, http.StatusCreated, first.Status, "body %s", first.Body)
 		require.Equal(t, `{"paid":true}`, string(first.Body))
@@ -100,7 +104,7 @@ func TestTransactionalCommit_LostAnswerIsNotReportedAsRollback(t *testing.T) {
 
 	again := rig.post(t, "commit-1")
 	require.Equal(t, http.StatusCreated, again.Status, "body %s", again.Body)
-	require.Equal(t, "true", again.Header.Get(HeaderReplayed))
+	require.Equal(t, "true", again.Header.Get(wire.HeaderReplayed))
 	require.Equal(t, 1, rig.runs)
 }
 

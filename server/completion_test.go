@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"context"
@@ -17,29 +17,33 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/wire"
+	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // leaseRig is one lease-mode middleware on a store, behind an httptest
 // server, with a handler the test scripts per run.
 type leaseRig struct {
 	srv      *httptest.Server
-	mw       *Middleware
+	mw       *server.Middleware
 	runs     atomic.Int64
 	mu       sync.Mutex
-	attempts []Attempt
-	events   []Event
+	attempts []server.Attempt
+	events   []server.Event
 	handler  func(run int64, w http.ResponseWriter, r *http.Request)
 }
 
-func newLeaseRig(t *testing.T, store Store, configure func(*Config), handler func(run int64, w http.ResponseWriter, r *http.Request)) *leaseRig {
+func newLeaseRig(t *testing.T, store server.Store, configure func(*server.Config), handler func(run int64, w http.ResponseWriter, r *http.Request)) *leaseRig {
 	t.Helper()
 	rig := &leaseRig{handler: handler}
-	cfg := &Config{
+	cfg := &server.Config{
 		PrincipalFunc: mwPrincipal,
-		Mode:          ModeLease,
+		Mode:          server.ModeLease,
 		LeaseDuration: time.Second,
 		Logger:        slog.New(slog.NewTextHandler(t.Output(), nil)),
-		OnEventFunc: func(_ *http.Request, e Event) {
+		OnEventFunc: func(_ *http.Request, e server.Event) {
 			rig.mu.Lock()
 			defer rig.mu.Unlock()
 			rig.events = append(rig.events, e)
@@ -48,13 +52,13 @@ func newLeaseRig(t *testing.T, store Store, configure func(*Config), handler fun
 	if configure != nil {
 		configure(cfg)
 	}
-	mw, err := New(store, cfg)
+	mw, err := server.New(store, cfg)
 	require.NoError(t, err)
 	rig.mw = mw
 	mux := http.NewServeMux()
 	mux.Handle("POST /charges", mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := rig.runs.Add(1)
-		a, ok := AttemptFromContext(r.Context())
+		a, ok := server.AttemptFromContext(r.Context())
 		if !ok {
 			http.Error(w, "no attempt in context", http.StatusInternalServerError)
 			return
@@ -72,7 +76,7 @@ func newLeaseRig(t *testing.T, store Store, configure func(*Config), handler fun
 func (rig *leaseRig) post(t *testing.T, key string) *mwResponse {
 	t.Helper()
 	return mwPost(t, rig.srv, "/charges", map[string]string{
-		"Content-Type": "application/json", "X-Principal": "alice", HeaderKey: key,
+		"Content-Type": "application/json", "X-Principal": "alice", server.HeaderKey: key,
 	}, `{"amount":1}`)
 }
 
@@ -88,10 +92,10 @@ func (rig *leaseRig) retryUntilSettled(t *testing.T, key string) *mwResponse {
 	return res
 }
 
-func (rig *leaseRig) attemptsCopy() []Attempt {
+func (rig *leaseRig) attemptsCopy() []server.Attempt {
 	rig.mu.Lock()
 	defer rig.mu.Unlock()
-	return append([]Attempt(nil), rig.attempts...)
+	return append([]server.Attempt(nil), rig.attempts...)
 }
 
 func charged(run int64, w http.ResponseWriter) {
@@ -118,7 +122,7 @@ func TestLeaseCompletion_SurvivesDatabaseCut(t *testing.T) {
 	require.Equal(t, http.StatusCreated, first.Status, "body %s", first.Body)
 	again := rig.retryUntilSettled(t, "cut-1")
 	require.Equal(t, http.StatusCreated, again.Status, "body %s", again.Body)
-	require.Equal(t, "true", again.Header.Get(HeaderReplayed))
+	require.Equal(t, "true", again.Header.Get(wire.HeaderReplayed))
 	require.Equal(t, first.Body, again.Body)
 	require.EqualValues(t, 1, rig.runs.Load(), "the handler (the charge) ran once")
 }
@@ -126,13 +130,13 @@ func TestLeaseCompletion_SurvivesDatabaseCut(t *testing.T) {
 // openSmallSQLite opens an SQLite store whose file cannot grow past
 // roomPages pages beyond its migrated size: a claim row fits, a large
 // response does not (SQLITE_FULL, as on a full disk).
-func openSmallSQLite(t *testing.T, roomPages int) *SQLiteStore {
+func openSmallSQLite(t *testing.T, roomPages int) *sqlitestore.Store {
 	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "small.db")
-	db, err := OpenSQLite(ctx, path)
+	db, err := sqlitestore.Open(ctx, path)
 	require.NoError(t, err)
-	st, err := NewSQLiteStore(db, nil)
+	st, err := sqlitestore.New(db, nil)
 	require.NoError(t, err)
 	require.NoError(t, st.Migrate(ctx))
 	_, err = db.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)")
@@ -149,7 +153,7 @@ func openSmallSQLite(t *testing.T, roomPages int) *SQLiteStore {
 	small, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?"+q.Encode())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = small.Close() })
-	st, err = NewSQLiteStore(small, nil)
+	st, err = sqlitestore.New(small, nil)
 	require.NoError(t, err)
 	return st
 }
@@ -172,8 +176,8 @@ func TestLeaseCompletion_FullDiskStoresOutcomeWithoutBody(t *testing.T) {
 	require.Len(t, first.Body, len(big), "the first caller gets the whole body")
 	again := rig.retryUntilSettled(t, "full-1")
 	require.Equal(t, http.StatusCreated, again.Status, "body %s", again.Body)
-	require.Equal(t, "true", again.Header.Get(HeaderReplayed))
-	require.Equal(t, "true", again.Header.Get(HeaderOmitted))
+	require.Equal(t, "true", again.Header.Get(wire.HeaderReplayed))
+	require.Equal(t, "true", again.Header.Get(wire.HeaderOmitted))
 	require.Empty(t, again.Body)
 	require.EqualValues(t, 1, rig.runs.Load(), "the handler ran once")
 }
@@ -187,7 +191,7 @@ func TestLeaseCompletion_FrozenDatabaseLetsLeaseLapseVisibly(t *testing.T) {
 	t.Parallel()
 	pg := newProxiedPostgres(t)
 	store := mwNewPostgresStore(t, context.Background(), pg.pool)
-	rig := newLeaseRig(t, store, func(c *Config) { c.StoreTimeout = 200 * time.Millisecond }, func(run int64, w http.ResponseWriter, r *http.Request) {
+	rig := newLeaseRig(t, store, func(c *server.Config) { c.StoreTimeout = 200 * time.Millisecond }, func(run int64, w http.ResponseWriter, r *http.Request) {
 		if run == 1 {
 			pg.proxy.Freeze()
 		}
@@ -202,8 +206,8 @@ func TestLeaseCompletion_FrozenDatabaseLetsLeaseLapseVisibly(t *testing.T) {
 	require.Equal(t, http.StatusCreated, again.Status, "body %s", again.Body)
 	require.EqualValues(t, 2, rig.runs.Load())
 	att := rig.attemptsCopy()
-	require.Equal(t, Attempt{Token: 1}, att[0])
-	require.Equal(t, Attempt{Token: 2, PreviousOutcomeUnknown: true, PreviousToken: 1}, att[1],
+	require.Equal(t, server.Attempt{Token: 1}, att[0])
+	require.Equal(t, server.Attempt{Token: 2, PreviousOutcomeUnknown: true, PreviousToken: 1}, att[1],
 		"the takeover must know the first attempt's outcome is unknown")
 }
 
@@ -218,7 +222,7 @@ func TestLeaseHandler_ContextCanceledWhenLeaseLost(t *testing.T) {
 			t.Parallel()
 			s := mwNewStore(t, kind)
 			causes := make(chan error, 1)
-			rig := newLeaseRig(t, s.store, func(c *Config) { c.LeaseDuration = 300 * time.Millisecond }, func(run int64, w http.ResponseWriter, r *http.Request) {
+			rig := newLeaseRig(t, s.store, func(c *server.Config) { c.LeaseDuration = 300 * time.Millisecond }, func(run int64, w http.ResponseWriter, r *http.Request) {
 				// Simulate a takeover: bump the token under the holder.
 				s.exec(t, "UPDATE idempotency_keys SET token = token + 1")
 				select {
@@ -230,8 +234,8 @@ func TestLeaseHandler_ContextCanceledWhenLeaseLost(t *testing.T) {
 				}
 			})
 			res := rig.post(t, "lost-1")
-			require.ErrorIs(t, <-causes, ErrLeaseLost)
-			res.requireProblem(t, http.StatusServiceUnavailable, ProblemOutcomeUnknown)
+			require.ErrorIs(t, <-causes, server.ErrLeaseLost)
+			res.requireProblem(t, http.StatusServiceUnavailable, wire.ProblemOutcomeUnknown)
 			require.Equal(t, 1, s.count(t, mwCountInProgress), "the new holder's claim is untouched")
 		})
 	}
@@ -243,7 +247,7 @@ func TestLeaseHandler_SeesFencingToken(t *testing.T) {
 	s := mwNewStore(t, mwSQLite)
 	rig := newLeaseRig(t, s.store, nil, func(run int64, w http.ResponseWriter, r *http.Request) { charged(run, w) })
 	require.Equal(t, http.StatusCreated, rig.post(t, "tok-1").Status)
-	require.Equal(t, []Attempt{{Token: 1}}, rig.attemptsCopy())
+	require.Equal(t, []server.Attempt{{Token: 1}}, rig.attemptsCopy())
 }
 
 // exec runs a statement on the store's database directly.
@@ -257,4 +261,37 @@ func (s *mwStore) exec(t *testing.T, query string) {
 		_, err = s.pool.Exec(ctx, query)
 	}
 	require.NoError(t, err)
+}
+
+// A duplicate of a request on a route that usually takes milliseconds is
+// told to come back in about a second, not after the whole remaining lease:
+// generic clients with a 20 s timeout would otherwise give up on a payment
+// that succeeded.
+func TestRetryAfter_EstimatesFromRecentDurations(t *testing.T) {
+	t.Parallel()
+	for _, kind := range mwStoreKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			s := mwNewStore(t, kind)
+			entered := make(chan struct{})
+			release := make(chan struct{})
+			rig := newLeaseRig(t, s.store, func(c *server.Config) { c.LeaseDuration = 30 * time.Second }, func(run int64, w http.ResponseWriter, r *http.Request) {
+				if run == 2 {
+					close(entered)
+					<-release
+				}
+				charged(run, w)
+			})
+			require.Equal(t, http.StatusCreated, rig.post(t, "fast-1").Status)
+
+			done := make(chan *mwResponse, 1)
+			go func() { done <- rig.post(t, "slow-1") }()
+			<-entered
+			dup := rig.post(t, "slow-1")
+			dup.requireProblem(t, http.StatusConflict, wire.ProblemInFlight)
+			require.Equal(t, "1", dup.Header.Get("Retry-After"), "the route takes milliseconds; the lease has 30 s left")
+			close(release)
+			require.Equal(t, http.StatusCreated, (<-done).Status)
+		})
+	}
 }

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"context"
@@ -15,16 +15,20 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/wire"
+	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/prommetrics"
 )
 
 func TestMiddleware_SameKeyConcurrently(t *testing.T) {
 	t.Parallel()
 	const n = 64
-	forEachStoreAndMode(t, func(t *testing.T, kind string, mode Mode) {
+	forEachStoreAndMode(t, func(t *testing.T, kind string, mode server.Mode) {
 		// This test is about one execution among racing requests, not about
 		// how long SQLite's single writer may queue 64 fsynced claims: on a
 		// loaded machine they can take longer than StoreTimeout's 5 s default.
-		b := mwSetup(t, kind, mode, func(c *Config) {
+		b := mwSetup(t, kind, mode, func(c *server.Config) {
 			c.LockTimeout = 3 * time.Second
 			c.StoreTimeout = 30 * time.Second
 		})
@@ -49,13 +53,13 @@ func TestMiddleware_SameKeyConcurrently(t *testing.T) {
 		for i, res := range results {
 			require.NoError(t, errs[i])
 			switch {
-			case res.Status == http.StatusCreated && res.Header.Get(HeaderReplayed) == "":
+			case res.Status == http.StatusCreated && res.Header.Get(wire.HeaderReplayed) == "":
 				fresh++
 				freshBody = string(res.Body)
 			case res.Status == http.StatusCreated:
 				replays++
 			case res.Status == http.StatusConflict:
-				res.requireProblem(t, http.StatusConflict, ProblemInFlight)
+				res.requireProblem(t, http.StatusConflict, wire.ProblemInFlight)
 				require.NotEmpty(t, res.Header.Get("Retry-After"))
 				conflicts++
 			default:
@@ -80,13 +84,13 @@ func TestMiddleware_SameKeyConcurrently(t *testing.T) {
 // neither learns anything about the other's key: no replay, no 409, no 422.
 func TestMiddleware_TenantsAreIsolated(t *testing.T) {
 	t.Parallel()
-	forEachStoreAndMode(t, func(t *testing.T, kind string, mode Mode) {
+	forEachStoreAndMode(t, func(t *testing.T, kind string, mode server.Mode) {
 		b := mwSetup(t, kind, mode, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		aBody, bBody := `{"amount":4000,"to":"landlord"}`, `{"amount":1,"to":"cafe"}`
 
-		concurrent := !(kind == mwSQLite && mode == ModeTransactional)
+		concurrent := !(kind == mwSQLite && mode == server.ModeTransactional)
 		aDone := make(chan *mwResponse, 1)
 		go func() {
 			res, err := b.send(ctx, mwReq{path: "/block", principal: "alice", keys: []string{"retry-1"}, body: aBody})
@@ -138,7 +142,7 @@ func TestMiddleware_TenantsAreIsolated(t *testing.T) {
 			res := mwRecv(t, others)
 			require.NotNil(t, res)
 			require.Equal(t, http.StatusCreated, res.Status, "each tenant gets its own execution, never a 409/422 from alice's key: %s", res.Body)
-			require.Empty(t, res.Header.Get(HeaderReplayed))
+			require.Empty(t, res.Header.Get(wire.HeaderReplayed))
 			require.NotContains(t, string(res.Body), "alice")
 		}
 		require.EqualValues(t, 3, b.runs.Load())
@@ -146,22 +150,22 @@ func TestMiddleware_TenantsAreIsolated(t *testing.T) {
 
 		// Replays stay within each tenant.
 		res := b.do(t, mwReq{path: "/block", principal: "alice", keys: []string{"retry-1"}, body: aBody})
-		require.Equal(t, "true", res.Header.Get(HeaderReplayed))
+		require.Equal(t, "true", res.Header.Get(wire.HeaderReplayed))
 		require.Equal(t, string(a.Body), string(res.Body))
 		res = b.do(t, mwReq{path: "/block", principal: "bob", keys: []string{"retry-1"}, body: bBody})
-		require.Equal(t, "true", res.Header.Get(HeaderReplayed))
+		require.Equal(t, "true", res.Header.Get(wire.HeaderReplayed))
 		var got map[string]any
 		require.NoError(t, json.Unmarshal(res.Body, &got))
 		require.Equal(t, "bob", got["principal"])
 		require.Equal(t, bBody, got["request"])
 		res = b.do(t, mwReq{path: "/block", principal: "carol", keys: []string{"retry-1"}, body: aBody})
-		require.Equal(t, "true", res.Header.Get(HeaderReplayed))
+		require.Equal(t, "true", res.Header.Get(wire.HeaderReplayed))
 		require.Contains(t, string(res.Body), "carol")
 		require.NotContains(t, string(res.Body), "alice")
 		// A fourth tenant learns nothing either.
 		res = b.do(t, mwReq{path: "/teapot", principal: "dave", keys: []string{"retry-1"}, body: aBody})
 		require.Equal(t, http.StatusTeapot, res.Status)
-		require.Empty(t, res.Header.Get(HeaderReplayed))
+		require.Empty(t, res.Header.Get(wire.HeaderReplayed))
 	})
 }
 
@@ -169,7 +173,7 @@ func TestMiddleware_HeartbeatKeepsLease(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, kind string) {
 		const lease = 600 * time.Millisecond
-		b := mwSetup(t, kind, ModeLease, func(c *Config) { c.LeaseDuration = lease })
+		b := mwSetup(t, kind, server.ModeLease, func(c *server.Config) { c.LeaseDuration = lease })
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		done := make(chan *mwResponse, 1)
@@ -178,7 +182,7 @@ func TestMiddleware_HeartbeatKeepsLease(t *testing.T) {
 			done <- res
 		}()
 		mwRecv(t, b.started)
-		sc := Scope{Principal: "alice", Endpoint: EndpointAny, Key: "k"}
+		sc := server.Scope{Principal: "alice", Endpoint: "*", Key: "k"}
 		rec, err := b.store.Get(ctx, sc, b.clock.Now())
 		require.NoError(t, err)
 		first := rec.LockedUntil
@@ -197,17 +201,17 @@ func TestMiddleware_HeartbeatKeepsLease(t *testing.T) {
 			require.True(t, time.Now().Before(deadline), "lease never extended: locked_until %v, first %v", rec.LockedUntil, first)
 			<-tick.C
 		}
-		require.Equal(t, StateInProgress, rec.State)
+		require.Equal(t, server.StateInProgress, rec.State)
 		// The original lease is over, but the heartbeat kept the claim: a
 		// retry is a 409, not a takeover.
 		res := b.do(t, mwReq{path: "/block", principal: "alice", keys: []string{"k"}, body: mwBody})
-		res.requireProblem(t, http.StatusConflict, ProblemInFlight)
+		res.requireProblem(t, http.StatusConflict, wire.ProblemInFlight)
 
 		close(b.release)
 		require.Equal(t, http.StatusCreated, mwRecv(t, done).Status)
 		rec, err = b.store.Get(ctx, sc, b.clock.Now())
 		require.NoError(t, err)
-		require.Equal(t, StateCompleted, rec.State)
+		require.Equal(t, server.StateCompleted, rec.State)
 		require.EqualValues(t, 1, rec.Token)
 		require.EqualValues(t, 1, b.runs.Load())
 	})
@@ -216,7 +220,15 @@ func TestMiddleware_HeartbeatKeepsLease(t *testing.T) {
 func TestMiddleware_Metrics(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	b := mwSetup(t, mwSQLite, ModeLease, func(c *Config) { c.Registerer = reg })
+	met, err := prommetrics.New(reg)
+	require.NoError(t, err)
+	b := mwSetup(t, mwSQLite, server.ModeLease, func(c *server.Config) {
+		record := c.OnEventFunc
+		c.OnEventFunc = func(r *http.Request, e server.Event) {
+			record(r, e)
+			met.Observe(r, e)
+		}
+	})
 
 	b.do(t, mwReq{principal: "alice", keys: []string{"k"}, body: mwBody})                  // claim
 	b.do(t, mwReq{principal: "alice", keys: []string{"k"}, body: mwBody})                  // replay
@@ -232,10 +244,10 @@ func TestMiddleware_Metrics(t *testing.T) {
 	require.InDelta(t, 1, val("idemkit_server_mismatches_total"), 0)
 	require.InDelta(t, 2, val("idemkit_server_releases_total"), 0)
 	require.InDelta(t, 0, val("idemkit_server_conflicts_total"), 0)
-	require.InDelta(t, 2, val("idemkit_server_requests_total", "outcome", string(OutcomeExecuted)), 0)
-	require.InDelta(t, 1, val("idemkit_server_requests_total", "outcome", string(OutcomeRejected)), 0)
-	require.InDelta(t, 2, val("idemkit_server_requests_total", "outcome", string(OutcomeReleased)), 0)
-	require.InDelta(t, 1, val("idemkit_server_requests_total", "outcome", string(OutcomeReplayed)), 0)
+	require.InDelta(t, 2, val("idemkit_server_requests_total", "outcome", string(server.OutcomeExecuted)), 0)
+	require.InDelta(t, 1, val("idemkit_server_requests_total", "outcome", string(server.OutcomeRejected)), 0)
+	require.InDelta(t, 2, val("idemkit_server_requests_total", "outcome", string(server.OutcomeReleased)), 0)
+	require.InDelta(t, 1, val("idemkit_server_requests_total", "outcome", string(server.OutcomeReplayed)), 0)
 	require.InDelta(t, 6, val("idemkit_server_claim_duration_seconds"), 0, "one claim statement per keyed request")
 
 	// The store breaks: a store error is counted.
@@ -244,8 +256,8 @@ func TestMiddleware_Metrics(t *testing.T) {
 	require.InDelta(t, 1, val("idemkit_server_store_errors_total", "op", "claim"), 0)
 
 	// One Middleware per Registerer.
-	_, err := New(b.store, &Config{PrincipalFunc: mwPrincipal, Registerer: reg})
-	require.ErrorContains(t, err, "Registerer")
+	_, err = prommetrics.New(reg)
+	require.ErrorContains(t, err, "already registered")
 }
 
 // mwMetricValue returns the value of a counter (or the sample count of a
@@ -286,7 +298,7 @@ func mwMetricValue(t *testing.T, reg *prometheus.Registry, name string, labels .
 // or committed (transactional mode), even though the handler flushed.
 func TestMiddleware_NothingSentBeforeStored(t *testing.T) {
 	t.Parallel()
-	forEachStoreAndMode(t, func(t *testing.T, kind string, mode Mode) {
+	forEachStoreAndMode(t, func(t *testing.T, kind string, mode server.Mode) {
 		b := mwSetup(t, kind, mode, nil)
 		mux := http.NewServeMux()
 		mux.Handle("POST /flushy", b.mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -303,8 +315,8 @@ func TestMiddleware_NothingSentBeforeStored(t *testing.T) {
 
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		sc := Scope{Principal: "alice", Endpoint: EndpointAny, Key: "k"}
-		stateAtFirstByte := make(chan State, 1)
+		sc := server.Scope{Principal: "alice", Endpoint: "*", Key: "k"}
+		stateAtFirstByte := make(chan server.State, 1)
 		trace := &httptrace.ClientTrace{GotFirstResponseByte: func() {
 			rec, err := b.store.Get(ctx, sc, b.clock.Now())
 			if err != nil {
@@ -317,13 +329,13 @@ func TestMiddleware_NothingSentBeforeStored(t *testing.T) {
 		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, srv.URL+"/flushy", strings.NewReader("x"))
 		require.NoError(t, err)
 		req.Header.Set("X-Principal", "alice")
-		req.Header.Set(HeaderKey, "k")
+		req.Header.Set(server.HeaderKey, "k")
 		resp, err := srv.Client().Do(req)
 		require.NoError(t, err)
 		body, err := io.ReadAll(resp.Body)
 		require.NoError(t, err)
 		resp.Body.Close()
 		require.Equal(t, "part 0\npart 1\npart 2\n", string(body))
-		require.Equal(t, StateCompleted, mwRecv(t, stateAtFirstByte))
+		require.Equal(t, server.StateCompleted, mwRecv(t, stateAtFirstByte))
 	})
 }

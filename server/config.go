@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Mode selects how the middleware holds a claim while the handler runs.
@@ -24,7 +22,7 @@ const (
 	ModeLease Mode = iota
 	// ModeTransactional claims the key, runs the handler and stores the
 	// response in one database transaction, which the handler writes its
-	// effect on (see PgxTx and SQLTx). A rollback, a 5xx, a panic or a crash
+	// effect on (see pgstore.Tx and sqlitestore.Tx). A rollback, a 5xx, a panic or a crash
 	// leaves neither claim nor effect behind.
 	ModeTransactional
 )
@@ -47,49 +45,18 @@ func (m Mode) String() string {
 // request with 401 and the problem type unauthenticated.
 type PrincipalFunc func(r *http.Request) (string, error)
 
-// EndpointFunc returns the operation part of a request's scope: an
-// explicit, stable operation name such as "orders.pay". Two requests with
-// the same principal and key but different endpoints are independent. It
-// must not derive the name from the route pattern's text or the path: a
-// renamed parameter, a moved middleware or a router upgrade would then move
-// keys still inside the window to a new scope, and their retries would run
-// again. An empty result means no endpoint (EndpointAny).
-type EndpointFunc func(r *http.Request) string
-
-// DefaultEndpoint returns r.Method, a space and the route pattern that
-// http.ServeMux matched (r.Pattern without its method and host parts), or
-// r.URL.Path when there is no pattern: the endpoint scope of records written
-// by idemkit before keys became principal-wide by default.
-//
-// Deprecated: pattern text is not a stable operation name. Use it only as
-// Config.LegacyEndpointFunc while records written with it are inside their
-// window (see the README, "Migrating from endpoint-scoped records").
-func DefaultEndpoint(r *http.Request) string {
-	p := r.Pattern
-	if p == "" {
-		return r.Method + " " + r.URL.Path
-	}
-	if i := strings.IndexAny(p, " \t"); i >= 0 {
-		p = strings.TrimLeft(p[i:], " \t")
-	}
-	if i := strings.IndexByte(p, '/'); i > 0 {
-		p = p[i:] // drop the host
-	}
-	return r.Method + " " + p
-}
-
 // Defaults of Config.
 const (
-	WindowDefault              = 24 * time.Hour
-	LeaseDurationDefault       = 30 * time.Second
-	LockTimeoutDefault         = 3 * time.Second
-	MaxFingerprintBytesDefault = 1 << 20
-	MaxResponseBytesDefault    = 1 << 20
-	StoreTimeoutDefault        = 5 * time.Second
+	windowDefault              = 24 * time.Hour
+	leaseDurationDefault       = 30 * time.Second
+	lockTimeoutDefault         = 3 * time.Second
+	maxFingerprintBytesDefault = 1 << 20
+	maxResponseBytesDefault    = 1 << 20
+	storeTimeoutDefault        = 5 * time.Second
 )
 
-// ReplayHeadersDefault is the default Config.ReplayHeaders.
-var ReplayHeadersDefault = []string{
+// replayHeadersDefault is the default Config.ReplayHeaders.
+var replayHeadersDefault = []string{
 	"Content-Type", "Content-Language", "Content-Encoding", "Content-Disposition",
 	"Location", "Link", "ETag", "Last-Modified",
 }
@@ -109,58 +76,52 @@ type Config struct {
 	// Window is how long a key is remembered after its first use: a retry
 	// within it is replayed, one after it runs as a new request. It is
 	// published on every keyed response in the Idempotency-Window header, in
-	// whole seconds. Defaults to WindowDefault (24h).
+	// whole seconds. Defaults to 24h.
 	Window time.Duration
 
 	// LeaseDuration bounds an in-progress claim in lease mode: if the
 	// process dies, a retry after the lease ends takes the claim over. The
 	// middleware extends the lease every LeaseDuration/3 while the handler
-	// runs. Defaults to LeaseDurationDefault (30s).
+	// runs. Defaults to 30s.
 	LeaseDuration time.Duration
 
 	// LockTimeout is how long a claim in transactional mode waits on a
 	// concurrent uncommitted claim of the same key before answering 409.
-	// Defaults to LockTimeoutDefault (3s).
+	// Defaults to 3s.
 	LockTimeout time.Duration
 
 	// StoreTimeout bounds every call the middleware makes to the store
 	// (claim, read, completion, release, lease extension, commit): a
 	// database path that stops answering fails the call after it instead of
 	// hanging the request. Lease extensions are also bounded by a third of
-	// LeaseDuration. Defaults to StoreTimeoutDefault (5s).
+	// LeaseDuration. Defaults to 5s.
 	StoreTimeout time.Duration
-
-	// PrincipalWideKeys is kept for compatibility and has no effect: keys
-	// are principal-wide by default. A key names one intent of a principal,
-	// whatever route it is sent to, and reusing it on another operation is
-	// a 422, because the fingerprint covers the method and the concrete
-	// path.
-	//
-	// Deprecated: principal-wide keys are the default.
-	PrincipalWideKeys bool
 
 	// AllowMissingKey passes requests without an Idempotency-Key straight
 	// to the handler instead of answering 400. Defaults to false.
 	AllowMissingKey bool
 
-	// EndpointFunc, if set, returns an explicit operation name that becomes
-	// the endpoint part of every scope (see EndpointFunc for what it must
-	// not be). A name given per route with Operation takes precedence.
-	// Defaults to nil: the scope is (principal, EndpointAny, key) unless the
+	// EndpointFunc, if set, returns an explicit, stable operation name
+	// such as "orders.pay" that becomes the endpoint part of every scope:
+	// two requests with the same principal and key but different endpoints
+	// are independent. It must not derive the name from the route pattern's
+	// text or the path: a renamed parameter, a moved middleware or a router
+	// upgrade would then move keys still inside the window to a new scope,
+	// and their retries would run again. An empty result means no endpoint. A name given per route with Operation takes precedence.
+	// Defaults to nil: the scope is (principal, "*", key) unless the
 	// route names its operation.
-	EndpointFunc EndpointFunc
+	EndpointFunc func(r *http.Request) string
 
 	// LegacyEndpointFunc, if set, names the endpoint under which an older
-	// deployment stored records (DefaultEndpoint for idemkit's former
-	// default). A request whose scope has no live record is first answered
+	// deployment stored records (for idemkit's former default, the
+	// method and the route pattern: see the README). A request whose scope has no live record is first answered
 	// from a live record under (principal, LegacyEndpointFunc(r), key), if
 	// there is one: a replay, a 409 or a 422, never a second run. Set it for
 	// one window after upgrading, then remove it. Defaults to nil.
-	LegacyEndpointFunc EndpointFunc
+	LegacyEndpointFunc func(r *http.Request) string
 
 	// MaxFingerprintBytes is the largest request body the middleware reads
-	// to fingerprint; a larger body is answered with 413. Defaults to
-	// MaxFingerprintBytesDefault (1 MiB).
+	// to fingerprint; a larger body is answered with 413. Defaults to 1 MiB.
 	MaxFingerprintBytes int64
 
 	// MaxKeysPerPrincipal bounds the live keys (records inside the window)
@@ -169,7 +130,8 @@ type Config struct {
 	// anything is stored; retries of keys it holds still replay. The check
 	// reads the principal's rows before each new key, and concurrent new
 	// keys may overshoot it by their number. The store must implement
-	// UsageReporter. Defaults to 0: no bound.
+	// have the method PrincipalUsage (as pgstore.Store and sqlitestore.Store do).
+	// Defaults to 0: no bound.
 	MaxKeysPerPrincipal int64
 
 	// MaxStoredBytesPerPrincipal bounds the stored response bytes (bodies
@@ -180,27 +142,25 @@ type Config struct {
 	// MaxResponseBytes is the largest response body stored for replay. A
 	// larger body is sent to the first caller but not stored; a replay then
 	// sends the status and headers, an empty body and
-	// Idempotent-Response-Omitted: true. Defaults to MaxResponseBytesDefault
-	// (1 MiB).
+	// Idempotent-Response-Omitted: true. Defaults to 1 MiB.
 	MaxResponseBytes int
 
 	// ReplayHeaders lists the response headers stored and replayed.
 	// Set-Cookie, Authorization, Proxy-Authorization, hop-by-hop headers,
 	// Content-Length and idemkit's own headers are never stored, even if
-	// listed. Defaults to ReplayHeadersDefault.
+	// listed. Defaults to Content-Type, Content-Language,
+	// Content-Encoding, Content-Disposition, Location, Link, ETag and
+	// Last-Modified.
 	ReplayHeaders []string
 
 	// OnEventFunc, if set, is called once for every keyed request, after
-	// its response was written. It must not retain r. Defaults to nil.
+	// its response was written. It must not retain r. Package
+	// server/prommetrics builds Prometheus metrics on it. Defaults to nil.
 	OnEventFunc func(r *http.Request, e Event)
 
 	// Logger receives warnings (lost leases, store errors after the
 	// handler ran, panics). Defaults to slog.Default().
 	Logger *slog.Logger
-
-	// Registerer, if set, receives the middleware's Prometheus collectors
-	// (see metrics.go). Defaults to nil: no metrics.
-	Registerer prometheus.Registerer
 }
 
 // WithDefaults returns a copy of c with every unset (zero) field set to its
@@ -211,14 +171,14 @@ func (c *Config) WithDefaults() *Config {
 	if c != nil {
 		out = *c
 	}
-	out.Window = cmp.Or(out.Window, WindowDefault)
-	out.LeaseDuration = cmp.Or(out.LeaseDuration, LeaseDurationDefault)
-	out.LockTimeout = cmp.Or(out.LockTimeout, LockTimeoutDefault)
-	out.MaxFingerprintBytes = cmp.Or(out.MaxFingerprintBytes, MaxFingerprintBytesDefault)
-	out.MaxResponseBytes = cmp.Or(out.MaxResponseBytes, MaxResponseBytesDefault)
-	out.StoreTimeout = cmp.Or(out.StoreTimeout, StoreTimeoutDefault)
+	out.Window = cmp.Or(out.Window, windowDefault)
+	out.LeaseDuration = cmp.Or(out.LeaseDuration, leaseDurationDefault)
+	out.LockTimeout = cmp.Or(out.LockTimeout, lockTimeoutDefault)
+	out.MaxFingerprintBytes = cmp.Or(out.MaxFingerprintBytes, maxFingerprintBytesDefault)
+	out.MaxResponseBytes = cmp.Or(out.MaxResponseBytes, maxResponseBytesDefault)
+	out.StoreTimeout = cmp.Or(out.StoreTimeout, storeTimeoutDefault)
 	if out.ReplayHeaders == nil {
-		out.ReplayHeaders = ReplayHeadersDefault
+		out.ReplayHeaders = replayHeadersDefault
 	}
 	out.ReplayHeaders = append([]string(nil), out.ReplayHeaders...)
 	out.Logger = cmp.Or(out.Logger, slog.Default())

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"context"
@@ -11,6 +11,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/wire"
+	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/pgstore"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // The outcome table of docs/design.md, row by row, against both stores and in
@@ -20,12 +25,12 @@ const mwBody = `{"amount":4000,"currency":"EUR"}`
 
 func TestOutcome_FirstRequestRunsHandler(t *testing.T) {
 	t.Parallel()
-	forEachStoreAndMode(t, func(t *testing.T, kind string, mode Mode) {
+	forEachStoreAndMode(t, func(t *testing.T, kind string, mode server.Mode) {
 		b := mwSetup(t, kind, mode, nil)
 		res := b.do(t, mwReq{principal: "alice", keys: []string{"k1"}, body: mwBody})
 		require.Equal(t, http.StatusCreated, res.Status, "body %s", res.Body)
-		require.Equal(t, "86400", res.Header.Get(HeaderWindow))
-		require.Empty(t, res.Header.Get(HeaderReplayed))
+		require.Equal(t, "86400", res.Header.Get(wire.HeaderWindow))
+		require.Empty(t, res.Header.Get(wire.HeaderReplayed))
 		require.Equal(t, "session=secret", res.Header.Get("Set-Cookie"), "the first response is the handler's, untouched")
 		require.Equal(t, "1", res.Header.Get("X-Run"))
 		require.Equal(t, strconv.Itoa(len(res.Body)), res.Header.Get("Content-Length"))
@@ -35,9 +40,9 @@ func TestOutcome_FirstRequestRunsHandler(t *testing.T) {
 
 		ev := b.eventsCopy()
 		require.Len(t, ev, 1)
-		require.Equal(t, OutcomeExecuted, ev[0].Outcome)
+		require.Equal(t, server.OutcomeExecuted, ev[0].Outcome)
 		require.Equal(t, http.StatusCreated, ev[0].Status)
-		require.Equal(t, Scope{Principal: "alice", Endpoint: EndpointAny, Key: "k1"}, ev[0].Scope, "keys belong to the principal by default")
+		require.Equal(t, server.Scope{Principal: "alice", Endpoint: "*", Key: "k1"}, ev[0].Scope, "keys belong to the principal by default")
 		require.EqualValues(t, 1, ev[0].Token)
 		require.NoError(t, ev[0].Err)
 	})
@@ -45,7 +50,7 @@ func TestOutcome_FirstRequestRunsHandler(t *testing.T) {
 
 func TestOutcome_CompletedDuplicateIsReplayed(t *testing.T) {
 	t.Parallel()
-	forEachStoreAndMode(t, func(t *testing.T, kind string, mode Mode) {
+	forEachStoreAndMode(t, func(t *testing.T, kind string, mode server.Mode) {
 		b := mwSetup(t, kind, mode, nil)
 		first := b.do(t, mwReq{principal: "alice", keys: []string{"k1"}, body: mwBody})
 		require.Equal(t, http.StatusCreated, first.Status)
@@ -60,20 +65,20 @@ func TestOutcome_CompletedDuplicateIsReplayed(t *testing.T) {
 			res := b.do(t, q)
 			require.Equal(t, first.Status, res.Status)
 			require.Equal(t, string(first.Body), string(res.Body), "byte for byte")
-			require.Equal(t, "true", res.Header.Get(HeaderReplayed))
-			require.Equal(t, "86400", res.Header.Get(HeaderWindow))
+			require.Equal(t, "true", res.Header.Get(wire.HeaderReplayed))
+			require.Equal(t, "86400", res.Header.Get(wire.HeaderWindow))
 			require.Equal(t, first.Header.Get("Content-Type"), res.Header.Get("Content-Type"))
 			require.Equal(t, first.Header.Get("Location"), res.Header.Get("Location"))
 			require.Empty(t, res.Header.Get("Set-Cookie"), "Set-Cookie is never replayed")
 			require.Empty(t, res.Header.Get("X-Run"), "headers outside the allowlist are not replayed")
-			require.Empty(t, res.Header.Get(HeaderOmitted))
+			require.Empty(t, res.Header.Get(wire.HeaderOmitted))
 		}
 		require.EqualValues(t, 1, b.runs.Load(), "the handler must not run again")
 		require.Equal(t, 1, b.count(t, mwCountEffects))
 		ev := b.eventsCopy()
 		require.Len(t, ev, 4)
 		for _, e := range ev[1:] {
-			require.Equal(t, OutcomeReplayed, e.Outcome)
+			require.Equal(t, server.OutcomeReplayed, e.Outcome)
 			require.Equal(t, http.StatusCreated, e.Status)
 		}
 	})
@@ -81,22 +86,22 @@ func TestOutcome_CompletedDuplicateIsReplayed(t *testing.T) {
 
 func TestOutcome_HandlerChosen4xxIsStored(t *testing.T) {
 	t.Parallel()
-	forEachStoreAndMode(t, func(t *testing.T, kind string, mode Mode) {
+	forEachStoreAndMode(t, func(t *testing.T, kind string, mode server.Mode) {
 		b := mwSetup(t, kind, mode, nil)
 		first := b.do(t, mwReq{path: "/teapot", principal: "alice", keys: []string{"k"}, body: "x", contentType: "text/plain"})
 		require.Equal(t, http.StatusTeapot, first.Status)
 		again := b.do(t, mwReq{path: "/teapot", principal: "alice", keys: []string{"k"}, body: "x", contentType: "text/plain"})
 		require.Equal(t, http.StatusTeapot, again.Status)
 		require.Equal(t, "short and stout 1", string(again.Body))
-		require.Equal(t, "true", again.Header.Get(HeaderReplayed))
+		require.Equal(t, "true", again.Header.Get(wire.HeaderReplayed))
 		require.EqualValues(t, 1, b.runs.Load())
 	})
 }
 
 func TestOutcome_InFlightDuplicateIs409(t *testing.T) {
 	t.Parallel()
-	forEachStoreAndMode(t, func(t *testing.T, kind string, mode Mode) {
-		b := mwSetup(t, kind, mode, func(c *Config) { c.LeaseDuration = 20 * time.Second })
+	forEachStoreAndMode(t, func(t *testing.T, kind string, mode server.Mode) {
+		b := mwSetup(t, kind, mode, func(c *server.Config) { c.LeaseDuration = 20 * time.Second })
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		firstDone := make(chan *mwResponse, 1)
@@ -110,38 +115,38 @@ func TestOutcome_InFlightDuplicateIs409(t *testing.T) {
 		require.Equal(t, "alice", mwRecv(t, b.started))
 
 		res := b.do(t, mwReq{path: "/block", principal: "alice", keys: []string{"k"}, body: mwBody})
-		p := res.requireProblem(t, http.StatusConflict, ProblemInFlight)
+		p := res.requireProblem(t, http.StatusConflict, wire.ProblemInFlight)
 		require.NotContains(t, p["detail"], "alice")
 		retry, err := strconv.Atoi(res.Header.Get("Retry-After"))
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, retry, 1)
-		if mode == ModeLease {
+		if mode == server.ModeLease {
 			// Estimated from the route's recent durations (none yet, and
 			// the first request has just started), never past the lease.
 			require.LessOrEqual(t, retry, 2, "Retry-After estimates when the original is done")
 		}
-		require.Equal(t, "86400", res.Header.Get(HeaderWindow))
+		require.Equal(t, "86400", res.Header.Get(wire.HeaderWindow))
 
 		// A different body while in flight: in lease mode the committed
 		// claim has the fingerprint, so it is a 422; in transactional mode
 		// the claim is uncommitted and invisible, so it is a 409.
 		res = b.do(t, mwReq{path: "/block", principal: "alice", keys: []string{"k"}, body: `{"amount":1}`})
-		if mode == ModeLease {
-			res.requireProblem(t, http.StatusUnprocessableEntity, ProblemKeyReused)
+		if mode == server.ModeLease {
+			res.requireProblem(t, http.StatusUnprocessableEntity, wire.ProblemKeyReused)
 		} else {
-			res.requireProblem(t, http.StatusConflict, ProblemInFlight)
+			res.requireProblem(t, http.StatusConflict, wire.ProblemInFlight)
 		}
 
 		close(b.release)
 		first := mwRecv(t, firstDone)
 		require.NotNil(t, first)
 		require.Equal(t, http.StatusCreated, first.Status)
-		require.Empty(t, first.Header.Get(HeaderReplayed))
+		require.Empty(t, first.Header.Get(wire.HeaderReplayed))
 
 		// Now it is a replay.
 		res = b.do(t, mwReq{path: "/block", principal: "alice", keys: []string{"k"}, body: mwBody})
 		require.Equal(t, http.StatusCreated, res.Status)
-		require.Equal(t, "true", res.Header.Get(HeaderReplayed))
+		require.Equal(t, "true", res.Header.Get(wire.HeaderReplayed))
 		require.Equal(t, string(first.Body), string(res.Body))
 		require.Equal(t, 1, b.count(t, mwCountEffects))
 	})
@@ -149,7 +154,7 @@ func TestOutcome_InFlightDuplicateIs409(t *testing.T) {
 
 func TestOutcome_DifferentRequestIs422(t *testing.T) {
 	t.Parallel()
-	forEachStoreAndMode(t, func(t *testing.T, kind string, mode Mode) {
+	forEachStoreAndMode(t, func(t *testing.T, kind string, mode server.Mode) {
 		b := mwSetup(t, kind, mode, nil)
 		require.Equal(t, http.StatusCreated, b.do(t, mwReq{principal: "alice", keys: []string{"k"}, body: mwBody}).Status)
 
@@ -159,15 +164,15 @@ func TestOutcome_DifferentRequestIs422(t *testing.T) {
 			"raw":    {principal: "alice", keys: []string{"k"}, body: mwBody, contentType: "text/plain"},
 		} {
 			res := b.do(t, q)
-			p := res.requireProblem(t, http.StatusUnprocessableEntity, ProblemKeyReused)
-			require.Equal(t, "86400", res.Header.Get(HeaderWindow), name)
+			p := res.requireProblem(t, http.StatusUnprocessableEntity, wire.ProblemKeyReused)
+			require.Equal(t, "86400", res.Header.Get(wire.HeaderWindow), name)
 			require.NotContains(t, string(res.Body), "4000", "%s: a problem must not echo the stored request", name)
 			require.NotContains(t, p["detail"], "alice")
 		}
 		require.EqualValues(t, 1, b.runs.Load())
 		for _, e := range b.eventsCopy()[1:] {
-			require.Equal(t, OutcomeMismatch, e.Outcome)
-			require.ErrorIs(t, e.Err, ErrFingerprintMismatch)
+			require.Equal(t, server.OutcomeMismatch, e.Outcome)
+			require.ErrorIs(t, e.Err, server.ErrFingerprintMismatchForTest)
 		}
 	})
 }
@@ -175,37 +180,37 @@ func TestOutcome_DifferentRequestIs422(t *testing.T) {
 func TestOutcome_MissingKey(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, kind string) {
-		b := mwSetup(t, kind, ModeLease, nil)
+		b := mwSetup(t, kind, server.ModeLease, nil)
 		res := b.do(t, mwReq{principal: "alice", body: mwBody})
-		res.requireProblem(t, http.StatusBadRequest, ProblemKeyMissing)
-		require.Equal(t, "86400", res.Header.Get(HeaderWindow))
+		res.requireProblem(t, http.StatusBadRequest, wire.ProblemKeyMissing)
+		require.Equal(t, "86400", res.Header.Get(wire.HeaderWindow))
 		require.EqualValues(t, 0, b.runs.Load())
 		require.Equal(t, 0, b.count(t, mwCountRecords))
 		ev := b.eventsCopy()
 		require.Len(t, ev, 1)
-		require.Equal(t, OutcomeRejected, ev[0].Outcome)
-		require.ErrorIs(t, ev[0].Err, ErrKeyMissing)
+		require.Equal(t, server.OutcomeRejected, ev[0].Outcome)
+		require.ErrorIs(t, ev[0].Err, server.ErrKeyMissingForTest)
 
 		// With AllowMissingKey the request passes straight through.
-		b2 := mwSetup(t, kind, ModeTransactional, func(c *Config) { c.AllowMissingKey = true })
+		b2 := mwSetup(t, kind, server.ModeTransactional, func(c *server.Config) { c.AllowMissingKey = true })
 		for range 2 {
 			res = b2.do(t, mwReq{principal: "alice", body: mwBody})
 			require.Equal(t, http.StatusCreated, res.Status)
-			require.Empty(t, res.Header.Get(HeaderWindow))
-			require.Empty(t, res.Header.Get(HeaderReplayed))
+			require.Empty(t, res.Header.Get(wire.HeaderWindow))
+			require.Empty(t, res.Header.Get(wire.HeaderReplayed))
 		}
 		require.EqualValues(t, 2, b2.runs.Load())
 		require.Equal(t, 0, b2.count(t, mwCountRecords))
-		require.Equal(t, OutcomePassThrough, b2.eventsCopy()[0].Outcome)
+		require.Empty(t, b2.eventsCopy(), "an unkeyed request is not a keyed request: no event")
 		// An invalid key is still refused.
-		b2.do(t, mwReq{principal: "alice", keys: []string{""}, body: mwBody}).requireProblem(t, http.StatusBadRequest, ProblemKeyInvalid)
+		b2.do(t, mwReq{principal: "alice", keys: []string{""}, body: mwBody}).requireProblem(t, http.StatusBadRequest, wire.ProblemKeyInvalid)
 	})
 }
 
 func TestOutcome_MalformedKey(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, kind string) {
-		b := mwSetup(t, kind, ModeLease, nil)
+		b := mwSetup(t, kind, server.ModeLease, nil)
 		for name, keys := range map[string][]string{
 			"empty":      {""},
 			"tooLong":    {strings.Repeat("k", 256)},
@@ -215,7 +220,7 @@ func TestOutcome_MalformedKey(t *testing.T) {
 			"badQuoting": {`"abc`},
 		} {
 			res := b.do(t, mwReq{principal: "alice", keys: keys, body: mwBody})
-			p := res.requireProblem(t, http.StatusBadRequest, ProblemKeyInvalid)
+			p := res.requireProblem(t, http.StatusBadRequest, wire.ProblemKeyInvalid)
 			require.NotEmpty(t, p["detail"], name)
 		}
 		require.EqualValues(t, 0, b.runs.Load())
@@ -227,11 +232,11 @@ func TestOutcome_MalformedKey(t *testing.T) {
 
 func TestOutcome_BodyTooLarge(t *testing.T) {
 	t.Parallel()
-	forEachStoreAndMode(t, func(t *testing.T, kind string, mode Mode) {
-		b := mwSetup(t, kind, mode, func(c *Config) { c.MaxFingerprintBytes = 64 })
+	forEachStoreAndMode(t, func(t *testing.T, kind string, mode server.Mode) {
+		b := mwSetup(t, kind, mode, func(c *server.Config) { c.MaxFingerprintBytes = 64 })
 		res := b.do(t, mwReq{principal: "alice", keys: []string{"k"}, body: strings.Repeat("x", 65), contentType: "text/plain"})
-		res.requireProblem(t, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge)
-		require.Equal(t, "86400", res.Header.Get(HeaderWindow))
+		res.requireProblem(t, http.StatusRequestEntityTooLarge, wire.ProblemBodyTooLarge)
+		require.Equal(t, "86400", res.Header.Get(wire.HeaderWindow))
 		require.EqualValues(t, 0, b.runs.Load())
 		require.Equal(t, 0, b.count(t, mwCountRecords))
 		// Exactly at the limit is fingerprinted, and the handler sees the
@@ -247,27 +252,27 @@ func TestOutcome_BodyTooLarge(t *testing.T) {
 func TestOutcome_NoPrincipalIs401(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, kind string) {
-		b := mwSetup(t, kind, ModeLease, nil)
+		b := mwSetup(t, kind, server.ModeLease, nil)
 		res := b.do(t, mwReq{keys: []string{"k"}, body: mwBody})
-		p := res.requireProblem(t, http.StatusUnauthorized, ProblemUnauthenticated)
+		p := res.requireProblem(t, http.StatusUnauthorized, wire.ProblemUnauthenticated)
 		require.NotContains(t, p["detail"], "X-Principal", "the PrincipalFunc error is not shown to the client")
 		require.EqualValues(t, 0, b.runs.Load())
 		ev := b.eventsCopy()
 		require.Len(t, ev, 1)
-		require.ErrorIs(t, ev[0].Err, ErrUnauthenticated)
-		require.Equal(t, OutcomeRejected, ev[0].Outcome)
+		require.ErrorIs(t, ev[0].Err, server.ErrUnauthenticatedForTest)
+		require.Equal(t, server.OutcomeRejected, ev[0].Outcome)
 
 		// An empty principal is no principal: it would pool every caller.
-		b2 := mwSetup(t, kind, ModeLease, func(c *Config) {
+		b2 := mwSetup(t, kind, server.ModeLease, func(c *server.Config) {
 			c.PrincipalFunc = func(*http.Request) (string, error) { return "", nil }
 		})
-		b2.do(t, mwReq{keys: []string{"k"}, body: mwBody}).requireProblem(t, http.StatusUnauthorized, ProblemUnauthenticated)
+		b2.do(t, mwReq{keys: []string{"k"}, body: mwBody}).requireProblem(t, http.StatusUnauthorized, wire.ProblemUnauthenticated)
 	})
 }
 
 func TestOutcome_StoreUnavailableIs503(t *testing.T) {
 	t.Parallel()
-	forEachStoreAndMode(t, func(t *testing.T, kind string, mode Mode) {
+	forEachStoreAndMode(t, func(t *testing.T, kind string, mode server.Mode) {
 		b := mwSetup(t, kind, mode, nil)
 		// Break the real store: close its database.
 		if b.db != nil {
@@ -276,14 +281,14 @@ func TestOutcome_StoreUnavailableIs503(t *testing.T) {
 			b.pool.Close()
 		}
 		res := b.do(t, mwReq{principal: "alice", keys: []string{"k"}, body: mwBody})
-		p := res.requireProblem(t, http.StatusServiceUnavailable, ProblemStoreUnavailable)
+		p := res.requireProblem(t, http.StatusServiceUnavailable, wire.ProblemStoreUnavailable)
 		require.NotEmpty(t, p["detail"])
 		require.Equal(t, "1", res.Header.Get("Retry-After"))
-		require.Equal(t, "86400", res.Header.Get(HeaderWindow))
+		require.Equal(t, "86400", res.Header.Get(wire.HeaderWindow))
 		require.EqualValues(t, 0, b.runs.Load(), "fail closed: the handler must not run")
 		ev := b.eventsCopy()
 		require.Len(t, ev, 1)
-		require.Equal(t, OutcomeStoreError, ev[0].Outcome)
+		require.Equal(t, server.OutcomeStoreError, ev[0].Outcome)
 		require.Error(t, ev[0].Err)
 	})
 }
@@ -292,9 +297,9 @@ func TestOutcome_StoreBusyIs503(t *testing.T) {
 	t.Parallel()
 	// SQLite has one writer: another process holding the write lock makes a
 	// transactional claim time out, which is not attributable to the key.
-	b := mwSetup(t, mwSQLite, ModeTransactional, func(c *Config) { c.LockTimeout = 100 * time.Millisecond })
+	b := mwSetup(t, mwSQLite, server.ModeTransactional, func(c *server.Config) { c.LockTimeout = 100 * time.Millisecond })
 	ctx := context.Background()
-	other, err := OpenSQLite(ctx, b.path)
+	other, err := sqlitestore.Open(ctx, b.path)
 	require.NoError(t, err)
 	defer other.Close()
 	conn, err := other.Conn(ctx)
@@ -304,7 +309,7 @@ func TestOutcome_StoreBusyIs503(t *testing.T) {
 	require.NoError(t, err)
 
 	res := b.do(t, mwReq{principal: "alice", keys: []string{"k"}, body: mwBody})
-	res.requireProblem(t, http.StatusServiceUnavailable, ProblemStoreBusy)
+	res.requireProblem(t, http.StatusServiceUnavailable, wire.ProblemStoreBusy)
 	require.Equal(t, "1", res.Header.Get("Retry-After"))
 	require.EqualValues(t, 0, b.runs.Load())
 
@@ -317,22 +322,22 @@ func TestOutcome_StoreBusyIs503(t *testing.T) {
 
 func TestOutcome_5xxReleasesClaim(t *testing.T) {
 	t.Parallel()
-	forEachStoreAndMode(t, func(t *testing.T, kind string, mode Mode) {
+	forEachStoreAndMode(t, func(t *testing.T, kind string, mode server.Mode) {
 		b := mwSetup(t, kind, mode, nil)
 		for i := 1; i <= 2; i++ {
 			res := b.do(t, mwReq{path: "/fail", principal: "alice", keys: []string{"k"}, body: mwBody})
 			require.Equal(t, http.StatusBadGateway, res.Status)
 			require.Equal(t, "upstream exploded "+strconv.Itoa(i)+"\n", string(res.Body), "the handler's 5xx is sent as is")
-			require.Empty(t, res.Header.Get(HeaderReplayed))
-			require.Equal(t, "86400", res.Header.Get(HeaderWindow))
+			require.Empty(t, res.Header.Get(wire.HeaderReplayed))
+			require.Equal(t, "86400", res.Header.Get(wire.HeaderWindow))
 		}
 		require.EqualValues(t, 2, b.runs.Load(), "a retry after a 5xx runs the handler again")
 		require.Equal(t, 0, b.count(t, mwCountRecords), "nothing stored")
-		if mode == ModeTransactional {
+		if mode == server.ModeTransactional {
 			require.Equal(t, 0, b.count(t, mwCountEffects), "the effect is rolled back")
 		}
 		for _, e := range b.eventsCopy() {
-			require.Equal(t, OutcomeReleased, e.Outcome)
+			require.Equal(t, server.OutcomeReleased, e.Outcome)
 			require.Equal(t, http.StatusBadGateway, e.Status)
 		}
 		// After the release the key is free for the same request.
@@ -342,21 +347,21 @@ func TestOutcome_5xxReleasesClaim(t *testing.T) {
 
 func TestOutcome_PanicReleasesClaim(t *testing.T) {
 	t.Parallel()
-	forEachStoreAndMode(t, func(t *testing.T, kind string, mode Mode) {
+	forEachStoreAndMode(t, func(t *testing.T, kind string, mode server.Mode) {
 		b := mwSetup(t, kind, mode, nil)
 		for range 2 {
 			res := b.do(t, mwReq{path: "/panic", principal: "alice", keys: []string{"k"}, body: mwBody})
-			res.requireProblem(t, http.StatusInternalServerError, ProblemHandlerPanic)
+			res.requireProblem(t, http.StatusInternalServerError, wire.ProblemHandlerPanic)
 			require.NotContains(t, string(res.Body), "partial", "nothing the handler wrote reaches the client")
 			require.NotContains(t, string(res.Body), "boom")
 		}
 		require.EqualValues(t, 2, b.runs.Load())
 		require.Equal(t, 0, b.count(t, mwCountRecords))
-		if mode == ModeTransactional {
+		if mode == server.ModeTransactional {
 			require.Equal(t, 0, b.count(t, mwCountEffects))
 		}
 		ev := b.eventsCopy()
-		require.Equal(t, OutcomeReleased, ev[0].Outcome)
+		require.Equal(t, server.OutcomeReleased, ev[0].Outcome)
 		require.ErrorContains(t, ev[0].Err, "boom")
 
 		// http.ErrAbortHandler still aborts the response, after the release.
@@ -368,19 +373,19 @@ func TestOutcome_PanicReleasesClaim(t *testing.T) {
 
 func TestOutcome_LargeResponseIsPassedThroughNotStored(t *testing.T) {
 	t.Parallel()
-	forEachStoreAndMode(t, func(t *testing.T, kind string, mode Mode) {
-		b := mwSetup(t, kind, mode, func(c *Config) { c.MaxResponseBytes = 2500 })
+	forEachStoreAndMode(t, func(t *testing.T, kind string, mode server.Mode) {
+		b := mwSetup(t, kind, mode, func(c *server.Config) { c.MaxResponseBytes = 2500 })
 		first := b.do(t, mwReq{path: "/big", principal: "alice", keys: []string{"k"}, body: mwBody})
 		require.Equal(t, http.StatusOK, first.Status)
 		require.Len(t, first.Body, 5000, "the first caller gets the whole body")
 		require.Equal(t, `"big-1"`, first.Header.Get("ETag"))
-		require.Empty(t, first.Header.Get(HeaderOmitted))
+		require.Empty(t, first.Header.Get(wire.HeaderOmitted))
 
 		res := b.do(t, mwReq{path: "/big", principal: "alice", keys: []string{"k"}, body: mwBody})
 		require.Equal(t, http.StatusOK, res.Status)
 		require.Empty(t, res.Body)
-		require.Equal(t, "true", res.Header.Get(HeaderReplayed))
-		require.Equal(t, "true", res.Header.Get(HeaderOmitted))
+		require.Equal(t, "true", res.Header.Get(wire.HeaderReplayed))
+		require.Equal(t, "true", res.Header.Get(wire.HeaderOmitted))
 		require.Equal(t, `"big-1"`, res.Header.Get("ETag"))
 		require.Equal(t, "application/octet-stream", res.Header.Get("Content-Type"))
 		require.EqualValues(t, 1, b.runs.Load(), "a replay of an omitted body never re-runs the handler")
@@ -390,12 +395,12 @@ func TestOutcome_LargeResponseIsPassedThroughNotStored(t *testing.T) {
 func TestOutcome_SafeMethodsPassThrough(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, kind string) {
-		b := mwSetup(t, kind, ModeLease, nil)
+		b := mwSetup(t, kind, server.ModeLease, nil)
 		for range 2 {
 			res := b.do(t, mwReq{method: http.MethodGet, principal: "alice", keys: []string{"k"}})
 			require.Equal(t, http.StatusCreated, res.Status)
-			require.Empty(t, res.Header.Get(HeaderWindow))
-			require.Empty(t, res.Header.Get(HeaderReplayed))
+			require.Empty(t, res.Header.Get(wire.HeaderWindow))
+			require.Empty(t, res.Header.Get(wire.HeaderReplayed))
 		}
 		require.EqualValues(t, 2, b.runs.Load())
 		require.Equal(t, 0, b.count(t, mwCountRecords))
@@ -405,26 +410,26 @@ func TestOutcome_SafeMethodsPassThrough(t *testing.T) {
 
 func TestOutcome_EndpointScope(t *testing.T) {
 	t.Parallel()
-	forEachStoreAndMode(t, func(t *testing.T, kind string, mode Mode) {
+	forEachStoreAndMode(t, func(t *testing.T, kind string, mode server.Mode) {
 		// Default: a key belongs to the principal; the fingerprint covers
 		// the method and the concrete path, so reuse on another operation
 		// is a 422, never a second execution.
 		b := mwSetup(t, kind, mode, nil)
 		require.Equal(t, http.StatusCreated, b.do(t, mwReq{path: "/payments", principal: "alice", keys: []string{"k"}, body: mwBody}).Status)
-		b.do(t, mwReq{path: "/refunds", principal: "alice", keys: []string{"k"}, body: mwBody}).requireProblem(t, http.StatusUnprocessableEntity, ProblemKeyReused)
+		b.do(t, mwReq{path: "/refunds", principal: "alice", keys: []string{"k"}, body: mwBody}).requireProblem(t, http.StatusUnprocessableEntity, wire.ProblemKeyReused)
 		require.Equal(t, http.StatusCreated, b.do(t, mwReq{method: http.MethodPut, path: "/items/1", principal: "alice", keys: []string{"i"}, body: mwBody}).Status)
-		b.do(t, mwReq{method: http.MethodPut, path: "/items/2", principal: "alice", keys: []string{"i"}, body: mwBody}).requireProblem(t, http.StatusUnprocessableEntity, ProblemKeyReused)
-		require.Equal(t, EndpointAny, b.eventsCopy()[0].Scope.Endpoint)
+		b.do(t, mwReq{method: http.MethodPut, path: "/items/2", principal: "alice", keys: []string{"i"}, body: mwBody}).requireProblem(t, http.StatusUnprocessableEntity, wire.ProblemKeyReused)
+		require.Equal(t, "*", b.eventsCopy()[0].Scope.Endpoint)
 		require.EqualValues(t, 2, b.runs.Load())
 
 		// Explicit operation names scope keys per operation.
-		named := mwSetup(t, kind, mode, func(c *Config) {
+		named := mwSetup(t, kind, mode, func(c *server.Config) {
 			c.EndpointFunc = func(r *http.Request) string { return "op" + strings.ReplaceAll(r.URL.Path, "/", ".") }
 		})
 		require.Equal(t, http.StatusCreated, named.do(t, mwReq{path: "/payments", principal: "alice", keys: []string{"k"}, body: mwBody}).Status)
 		res := named.do(t, mwReq{path: "/refunds", principal: "alice", keys: []string{"k"}, body: mwBody})
 		require.Equal(t, http.StatusCreated, res.Status)
-		require.Empty(t, res.Header.Get(HeaderReplayed))
+		require.Empty(t, res.Header.Get(wire.HeaderReplayed))
 		require.Equal(t, "op.payments", named.eventsCopy()[0].Scope.Endpoint)
 		require.EqualValues(t, 2, named.runs.Load())
 	})
@@ -432,11 +437,11 @@ func TestOutcome_EndpointScope(t *testing.T) {
 
 func TestOutcome_ExpiryAndSweep(t *testing.T) {
 	t.Parallel()
-	forEachStoreAndMode(t, func(t *testing.T, kind string, mode Mode) {
-		b := mwSetup(t, kind, mode, func(c *Config) { c.Window = time.Hour })
+	forEachStoreAndMode(t, func(t *testing.T, kind string, mode server.Mode) {
+		b := mwSetup(t, kind, mode, func(c *server.Config) { c.Window = time.Hour })
 		first := b.do(t, mwReq{principal: "alice", keys: []string{"k"}, body: mwBody})
 		require.Equal(t, http.StatusCreated, first.Status)
-		require.Equal(t, "3600", first.Header.Get(HeaderWindow))
+		require.Equal(t, "3600", first.Header.Get(wire.HeaderWindow))
 
 		// Within the window: always a replay, even after a sweep.
 		b.clock.Advance(59 * time.Minute)
@@ -444,7 +449,7 @@ func TestOutcome_ExpiryAndSweep(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, n)
 		res := b.do(t, mwReq{principal: "alice", keys: []string{"k"}, body: mwBody})
-		require.Equal(t, "true", res.Header.Get(HeaderReplayed))
+		require.Equal(t, "true", res.Header.Get(wire.HeaderReplayed))
 		require.Equal(t, string(first.Body), string(res.Body))
 
 		// After the window, before any sweep: a new request (the expired
@@ -452,7 +457,7 @@ func TestOutcome_ExpiryAndSweep(t *testing.T) {
 		b.clock.Advance(2 * time.Minute)
 		res = b.do(t, mwReq{principal: "alice", keys: []string{"k"}, body: mwBody})
 		require.Equal(t, http.StatusCreated, res.Status)
-		require.Empty(t, res.Header.Get(HeaderReplayed))
+		require.Empty(t, res.Header.Get(wire.HeaderReplayed))
 		require.EqualValues(t, 2, b.runs.Load())
 
 		// After the window and a sweep: a new request too.
@@ -463,7 +468,7 @@ func TestOutcome_ExpiryAndSweep(t *testing.T) {
 		require.Equal(t, 0, b.count(t, mwCountRecords))
 		res = b.do(t, mwReq{principal: "alice", keys: []string{"k"}, body: `{"different":"body is fine now"}`})
 		require.Equal(t, http.StatusCreated, res.Status)
-		require.Empty(t, res.Header.Get(HeaderReplayed))
+		require.Empty(t, res.Header.Get(wire.HeaderReplayed))
 		require.EqualValues(t, 3, b.runs.Load())
 	})
 }
@@ -471,7 +476,7 @@ func TestOutcome_ExpiryAndSweep(t *testing.T) {
 func TestOutcome_LeaseTakeover(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, kind string) {
-		b := mwSetup(t, kind, ModeLease, func(c *Config) { c.LeaseDuration = 30 * time.Second })
+		b := mwSetup(t, kind, server.ModeLease, func(c *server.Config) { c.LeaseDuration = 30 * time.Second })
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		firstDone := make(chan *mwResponse, 1)
@@ -504,7 +509,7 @@ func TestOutcome_LeaseTakeover(t *testing.T) {
 		require.Equal(t, http.StatusCreated, first.Status, "a lost lease still sends the response")
 		require.Equal(t, http.StatusCreated, second.Status)
 
-		var tookOver, lost *Event
+		var tookOver, lost *server.Event
 		ev := b.eventsCopy()
 		for i := range ev {
 			if ev[i].TakenOver {
@@ -517,11 +522,11 @@ func TestOutcome_LeaseTakeover(t *testing.T) {
 		require.NotNil(t, lost)
 		require.EqualValues(t, 2, tookOver.Token)
 		require.EqualValues(t, 1, lost.Token)
-		require.ErrorIs(t, lost.Err, ErrLeaseLost, "the late original's completion is refused")
+		require.ErrorIs(t, lost.Err, server.ErrLeaseLost, "the late original's completion is refused")
 
 		// Replays now return the takeover's response.
 		res := b.do(t, mwReq{path: "/block", principal: "alice", keys: []string{"k"}, body: mwBody})
-		require.Equal(t, "true", res.Header.Get(HeaderReplayed))
+		require.Equal(t, "true", res.Header.Get(wire.HeaderReplayed))
 		require.Equal(t, string(second.Body), string(res.Body))
 	})
 }
@@ -532,7 +537,7 @@ func TestOutcome_LeaseTakeover(t *testing.T) {
 func TestOutcome_CommitFailureRollsBack(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, kind string) {
-		b := mwSetup(t, kind, ModeTransactional, nil)
+		b := mwSetup(t, kind, server.ModeTransactional, nil)
 		ctx := context.Background()
 		var insertOrphan string
 		if b.db != nil {
@@ -556,9 +561,9 @@ func TestOutcome_CommitFailureRollsBack(t *testing.T) {
 				return
 			}
 			var err error
-			if tx, ok := SQLTx(r.Context()); ok {
+			if tx, ok := sqlitestore.Tx(r.Context()); ok {
 				_, err = tx.ExecContext(r.Context(), insertOrphan)
-			} else if tx, ok := PgxTx(r.Context()); ok {
+			} else if tx, ok := pgstore.Tx(r.Context()); ok {
 				_, err = tx.Exec(r.Context(), insertOrphan)
 			}
 			if err != nil {
@@ -573,14 +578,14 @@ func TestOutcome_CommitFailureRollsBack(t *testing.T) {
 		b.srv = srv
 
 		res := b.do(t, mwReq{path: "/orphan", principal: "alice", keys: []string{"k"}, body: mwBody})
-		res.requireProblem(t, http.StatusServiceUnavailable, ProblemStoreUnavailable)
+		res.requireProblem(t, http.StatusServiceUnavailable, wire.ProblemStoreUnavailable)
 		require.NotContains(t, string(res.Body), "supposedly", "the handler's response is not sent when its transaction did not commit")
 		require.EqualValues(t, 1, b.runs.Load())
 		require.Equal(t, 0, b.count(t, mwCountRecords))
 		require.Equal(t, 0, b.count(t, mwCountEffects))
 		ev := b.eventsCopy()
 		require.Len(t, ev, 1)
-		require.Equal(t, OutcomeStoreError, ev[0].Outcome)
+		require.Equal(t, server.OutcomeStoreError, ev[0].Outcome)
 		require.Error(t, ev[0].Err)
 	})
 }
@@ -593,7 +598,7 @@ func TestOutcome_LeaseCompleteFailureStillSends(t *testing.T) {
 	forEachStore(t, func(t *testing.T, kind string) {
 		// The completion is retried while the lease lasts; a short lease
 		// makes the unreachable store's lease lapse quickly.
-		b := mwSetup(t, kind, ModeLease, func(c *Config) { c.LeaseDuration = 600 * time.Millisecond })
+		b := mwSetup(t, kind, server.ModeLease, func(c *server.Config) { c.LeaseDuration = 600 * time.Millisecond })
 		mux := http.NewServeMux()
 		mux.Handle("POST /charge", b.mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			b.runs.Add(1)
@@ -615,7 +620,7 @@ func TestOutcome_LeaseCompleteFailureStillSends(t *testing.T) {
 		require.Equal(t, "charged", string(res.Body))
 		ev := b.eventsCopy()
 		require.Len(t, ev, 1)
-		require.Equal(t, OutcomeExecuted, ev[0].Outcome)
+		require.Equal(t, server.OutcomeExecuted, ev[0].Outcome)
 		require.Error(t, ev[0].Err, "the store failure is reported")
 	})
 }
@@ -628,7 +633,7 @@ func TestOutcome_ReplayDoesNotWaitForWriter(t *testing.T) {
 	for _, kind := range mwStoreKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			b := mwSetup(t, kind, ModeTransactional, nil)
+			b := mwSetup(t, kind, server.ModeTransactional, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			first := b.do(t, mwReq{path: "/payments", principal: "alice", keys: []string{"done"}, body: mwBody})
@@ -646,11 +651,11 @@ func TestOutcome_ReplayDoesNotWaitForWriter(t *testing.T) {
 
 			res := b.do(t, mwReq{path: "/payments", principal: "alice", keys: []string{"done"}, body: mwBody})
 			require.Equal(t, http.StatusCreated, res.Status, "replay while another transaction is open")
-			require.Equal(t, "true", res.Header.Get(HeaderReplayed))
+			require.Equal(t, "true", res.Header.Get(wire.HeaderReplayed))
 			require.Equal(t, string(first.Body), string(res.Body))
 
 			res = b.do(t, mwReq{path: "/payments", principal: "alice", keys: []string{"done"}, body: `{"amount":2}`})
-			res.requireProblem(t, http.StatusUnprocessableEntity, ProblemKeyReused)
+			res.requireProblem(t, http.StatusUnprocessableEntity, wire.ProblemKeyReused)
 
 			close(b.release)
 			require.Equal(t, http.StatusCreated, mwRecv(t, blocked).Status)

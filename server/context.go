@@ -1,11 +1,6 @@
 package server
 
-import (
-	"context"
-	"database/sql"
-
-	"github.com/jackc/pgx/v5"
-)
+import "context"
 
 type ctxKey int
 
@@ -60,18 +55,11 @@ func ScopeFromContext(ctx context.Context) (Scope, bool) {
 	return s, ok
 }
 
-// PgxTx returns the transaction of a transactional-mode request on a
-// PostgresStore. The handler writes its effect on it; the middleware stores
-// the response in it and commits. The handler must not commit or roll it
-// back.
-func PgxTx(ctx context.Context) (pgx.Tx, bool) {
-	tx, ok := ctx.Value(ctxKeyTx).(pgx.Tx)
-	return tx, ok
-}
-
-// SQLTx is like PgxTx, for a SQLiteStore: the *sql.Tx on the store's
-// database.
-func SQLTx(ctx context.Context) (*sql.Tx, bool) {
-	tx, ok := ctx.Value(ctxKeyTx).(*sql.Tx)
-	return tx, ok
+// TxHandle returns StoreTx.Handle of the transaction of a
+// transactional-mode request: the driver transaction its handler writes
+// its effect on. Driver packages return it typed (pgstore.Tx,
+// sqlitestore.Tx).
+func TxHandle(ctx context.Context) (any, bool) {
+	h := ctx.Value(ctxKeyTx)
+	return h, h != nil
 }

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"context"
@@ -9,24 +9,28 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/pgstore"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 func TestContext_Accessors(t *testing.T) {
 	t.Parallel()
-	_, ok := ScopeFromContext(context.Background())
+	_, ok := server.ScopeFromContext(context.Background())
 	require.False(t, ok)
-	_, ok = PgxTx(context.Background())
+	_, ok = pgstore.Tx(context.Background())
 	require.False(t, ok)
-	_, ok = SQLTx(context.Background())
+	_, ok = sqlitestore.Tx(context.Background())
 	require.False(t, ok)
 
-	forEachStoreAndMode(t, func(t *testing.T, kind string, mode Mode) {
+	forEachStoreAndMode(t, func(t *testing.T, kind string, mode server.Mode) {
 		b := mwSetup(t, kind, mode, nil)
 		mux := http.NewServeMux()
 		mux.Handle("POST /whoami", b.mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			sc, okScope := ScopeFromContext(r.Context())
-			_, okPgx := PgxTx(r.Context())
-			_, okSQL := SQLTx(r.Context())
+			sc, okScope := server.ScopeFromContext(r.Context())
+			_, okPgx := pgstore.Tx(r.Context())
+			_, okSQL := sqlitestore.Tx(r.Context())
 			fmt.Fprintf(w, "%s|%s|%s|%v|%v|%v", sc.Principal, sc.Endpoint, sc.Key, okScope, okPgx, okSQL)
 		})))
 		srv := httptest.NewServer(mux)
@@ -35,19 +39,19 @@ func TestContext_Accessors(t *testing.T) {
 		res := b.do(t, mwReq{path: "/whoami", principal: "alice", keys: []string{`"k-1"`}, body: "x"})
 		require.Equal(t, http.StatusOK, res.Status)
 		want := fmt.Sprintf("alice|*|k-1|true|%v|%v",
-			mode == ModeTransactional && kind == mwPostgres, mode == ModeTransactional && kind == mwSQLite)
+			mode == server.ModeTransactional && kind == mwPostgres, mode == server.ModeTransactional && kind == mwSQLite)
 		require.Equal(t, want, string(res.Body))
 	})
 }
 
 func TestScope_DownstreamKey(t *testing.T) {
 	t.Parallel()
-	base := Scope{Principal: "alice", Endpoint: "POST /payments", Key: "k1"}
+	base := server.Scope{Principal: "alice", Endpoint: "POST /payments", Key: "k1"}
 	k := base.DownstreamKey()
 	require.Equal(t, k, base.DownstreamKey(), "stable across calls (retries, takeovers)")
 	require.Len(t, k, 36)
 	require.True(t, strings.HasPrefix(k, "idk_"), "got %q", k)
-	for _, other := range []Scope{
+	for _, other := range []server.Scope{
 		{Principal: "bob", Endpoint: base.Endpoint, Key: base.Key},
 		{Principal: base.Principal, Endpoint: "POST /refunds", Key: base.Key},
 		{Principal: base.Principal, Endpoint: base.Endpoint, Key: "k2"},

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/testpg"
+	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/pgstore"
 )
 
 // Two lease-mode replicas on one PostgreSQL, one whose clock runs 30 s
@@ -22,7 +24,7 @@ func TestPostgresLease_DatabaseClockDecidesLease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testpg.Pool(t)
-	store, err := NewPostgresStore(pool, nil) // production clock: the database's
+	store, err := pgstore.New(pool, nil) // production clock: the database's
 	require.NoError(t, err)
 	require.NoError(t, store.Migrate(ctx))
 
@@ -40,14 +42,14 @@ func TestPostgresLease_DatabaseClockDecidesLease(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	})
 	replica := func(skew time.Duration) *httptest.Server {
-		mw, err := New(store, &Config{
+		mw, err := server.New(store, &server.Config{
 			PrincipalFunc: mwPrincipal,
-			Mode:          ModeLease,
+			Mode:          server.ModeLease,
 			LeaseDuration: 10 * time.Second,
 			Logger:        slog.New(slog.NewTextHandler(t.Output(), nil)),
 		})
 		require.NoError(t, err)
-		mw.timeNowFunc = func() time.Time { return time.Now().Add(skew) }
+		server.SetTimeNowFunc(mw, func() time.Time { return time.Now().Add(skew) })
 		srv := httptest.NewServer(mw.Wrap(handler))
 		t.Cleanup(srv.Close)
 		return srv
@@ -59,7 +61,7 @@ func TestPostgresLease_DatabaseClockDecidesLease(t *testing.T) {
 		req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, srv.URL+"/pay", strings.NewReader(`{}`))
 		require.NoError(t, err)
 		req.Header.Set("X-Principal", "alice")
-		req.Header.Set(HeaderKey, "skew-1")
+		req.Header.Set(server.HeaderKey, "skew-1")
 		res, err := srv.Client().Do(req)
 		require.NoError(t, err)
 		_ = res.Body.Close()

@@ -1,11 +1,16 @@
 // Package server makes unsafe HTTP requests idempotent: a net/http
 // middleware that turns "the client retried" into "nothing happened twice",
-// over a PostgreSQL or SQLite store.
+// over a PostgreSQL or SQLite store. The stores are driver packages, so that
+// a program links only the database it uses: server/pgstore (pgx v5) and
+// server/sqlitestore (modernc.org/sqlite, no cgo). Prometheus metrics are in
+// server/prommetrics, the background deletion of expired records in
+// server/sweeper, and the conformance suite for other stores in
+// server/storetest.
 //
 // # In 30 seconds
 //
-//	db, err := server.OpenSQLite(ctx, "idem.db")           // or NewPostgresStore(pool, nil)
-//	store, err := server.NewSQLiteStore(db, nil)
+//	db, err := sqlitestore.Open(ctx, "idem.db") // or pgstore.New(pool, nil)
+//	store, err := sqlitestore.New(db, nil)
 //	err = store.Migrate(ctx)
 //	m, err := server.New(store, &server.Config{
 //		PrincipalFunc: func(r *http.Request) (string, error) { return accountID(r) },
@@ -34,7 +39,8 @@
 // Every response to a keyed request carries Idempotency-Window: the
 // retention window (Config.Window, 24 h by default) in seconds. Errors are
 // RFC 9457 application/problem+json with Cache-Control: no-store and a type
-// URI under [ProblemTypeBase]; docs/problems.md describes each. Safe methods
+// URI under https://github.com/idemkit/idemkit/blob/main/docs/problems.md,
+// which describes each. Safe methods
 // (GET, HEAD, OPTIONS, TRACE) pass through untouched.
 //
 // # Scope
@@ -42,20 +48,23 @@
 // A key is scoped to (principal, endpoint, key). The principal comes from
 // [Config.PrincipalFunc] and is required: two tenants who both send the key
 // "retry-1" never see, nor collide with, each other's records. By default a
-// key belongs to the principal (the endpoint is [EndpointAny]): reusing it
+// key belongs to the principal (the endpoint is "*"): reusing it
 // on another operation is a 422, because the fingerprint covers the method
 // and the concrete path. The scope never depends on route-pattern text, so a
 // renamed route or a moved middleware keeps replaying. An API that wants a
 // key to be independent per operation names its operations explicitly with
-// [Operation], [OperationMiddleware] or [Config.EndpointFunc].
+// [Operation] or [Config.EndpointFunc].
 //
 // # Fingerprint
 //
-// A retry must be the same request. [Fingerprint] hashes a versioned
-// canonical form of the method, path, query and body (JSON bodies
-// canonicalised by [CanonicalJSON]: key order, whitespace and number spelling
-// do not matter, big numbers keep every digit). Only the hash and its version
-// are stored, never the request.
+// A retry must be the same request. The middleware hashes (SHA-256) a
+// versioned canonical form of the method, path, query and body:
+//
+//	idemkit-fp-v1\n<METHOD>\n<escaped path>?<raw query>\n<json|raw>\n<body>
+//
+// A JSON body (Content-Type application/json or +json) is canonicalised: key
+// order, whitespace and number spelling do not matter, big numbers keep every
+// digit. Only the hash and its version are stored, never the request.
 //
 // # Modes
 //
@@ -67,7 +76,7 @@
 // again, so forward [Scope.DownstreamKey] downstream ([ScopeFromContext]).
 //
 // [ModeTransactional] is for effects in the same database: the claim, the
-// handler's writes (on [PgxTx] or [SQLTx]) and the stored response commit in
+// handler's writes (on pgstore.Tx or sqlitestore.Tx) and the stored response commit in
 // one transaction. A 5xx, a panic or a crash rolls all of it back and frees
 // the key. With SQLite, whose single writer is held for the transaction, keep
 // handlers short: concurrent transactional requests on other keys wait up to
@@ -90,9 +99,10 @@
 // # Observability
 //
 // [Config.OnEventFunc] receives one [Event] per keyed request (outcome,
-// status, token, takeover, error, duration); [Config.Registerer] exports
-// Prometheus counters of claims, replays, conflicts, mismatches, releases,
-// takeovers, lost leases and store errors, and a claim latency histogram.
+// status, token, takeover, error, durations, release, lost leases, store
+// errors). Package server/prommetrics builds Prometheus counters of claims,
+// replays, conflicts, mismatches, releases, takeovers, lost leases and
+// store errors, and a claim latency histogram, on it.
 //
 // # Stability
 //

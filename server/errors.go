@@ -2,12 +2,15 @@ package server
 
 import (
 	"errors"
-	"fmt"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
+// Errors of the store contract: a Store returns them (wrapping the driver's
+// error, so that errors.Is finds both), and the middleware answers by them.
 var (
-	// ErrNotFound is returned by Store.Get when no live record exists.
-	ErrNotFound = errors.New("idemkit/server: record not found")
+	// ErrRecordNotFound is returned by Store.Get when no live record exists.
+	ErrRecordNotFound = errors.New("idemkit/server: record not found")
 	// ErrInFlight means another attempt holds the claim (a concurrent
 	// uncommitted claim outlasted the lock timeout). HTTP: 409 + Retry-After.
 	ErrInFlight = errors.New("idemkit/server: request with this key is in flight")
@@ -21,30 +24,6 @@ var (
 	// ErrStoreUnavailable means the store could not be reached. HTTP: 503;
 	// the handler does not run (fail closed).
 	ErrStoreUnavailable = errors.New("idemkit/server: store unavailable")
-	// ErrKeyMissing: a protected route got no Idempotency-Key. HTTP: 400.
-	ErrKeyMissing = errors.New("idemkit/server: Idempotency-Key header missing")
-	// ErrKeyInvalid: the key is empty, too long, has control characters, or
-	// the header is repeated. HTTP: 400. Wrapped by *KeyError.
-	ErrKeyInvalid = errors.New("idemkit/server: invalid Idempotency-Key")
-	// ErrFingerprintMismatch: the key was used before with a different
-	// request. HTTP: 422.
-	ErrFingerprintMismatch = errors.New("idemkit/server: idempotency key reused with a different request")
-	// ErrBodyTooLarge: the request body is larger than the fingerprint limit.
-	// HTTP: 413.
-	ErrBodyTooLarge = errors.New("idemkit/server: request body too large to fingerprint")
-	// ErrUnauthenticated wraps the error of Config.PrincipalFunc. HTTP: 401.
-	ErrUnauthenticated = errors.New("idemkit/server: no principal")
-	// ErrScopeInvalid means a principal or an endpoint cannot be part of a
-	// scope: empty, longer than MaxScopePartBytes, invalid UTF-8 or with
-	// control characters (NUL among them). HTTP: 401 principal-invalid, or
-	// 400 endpoint-invalid; the store is never asked.
-	ErrScopeInvalid = errors.New("idemkit/server: invalid principal or endpoint")
-	// ErrStoreReplaced means the SQLite database file was replaced,
-	// restored or deleted under a running SQLiteStore: its connections still
-	// use the old file, so every operation fails closed with an error
-	// wrapping ErrStoreReplaced and ErrStoreUnavailable (HTTP: 503) until the
-	// process reopens the database.
-	ErrStoreReplaced = errors.New("idemkit/server: SQLite database file replaced under the running store")
 	// ErrStoreFull means the store had no room for a write: SQLite's disk or
 	// max_page_count is full, or a value is over the database's size limit
 	// (SQLite SQLITE_FULL, SQLITE_TOOBIG; PostgreSQL 53100 disk_full, 54000
@@ -59,12 +38,22 @@ var (
 	ErrOutcomeUnknown = errors.New("idemkit/server: outcome unknown")
 )
 
-// KeyError describes why an Idempotency-Key was rejected.
-type KeyError struct {
-	Reason string
-}
-
-func (e *KeyError) Error() string { return fmt.Sprintf("%v: %s", ErrKeyInvalid, e.Reason) }
-
-// Is reports whether target is ErrKeyInvalid.
-func (e *KeyError) Is(target error) bool { return target == ErrKeyInvalid }
+// Errors behind a refused request, carried by Event.Err (whose Outcome and
+// Status already say what happened).
+var (
+	// errKeyMissing: a protected route got no Idempotency-Key. HTTP: 400.
+	errKeyMissing = wire.ErrKeyMissing
+	// errFingerprintMismatch: the key was used before with a different
+	// request. HTTP: 422.
+	errFingerprintMismatch = errors.New("idemkit/server: idempotency key reused with a different request")
+	// errBodyTooLarge: the request body is larger than the fingerprint limit.
+	// HTTP: 413.
+	errBodyTooLarge = errors.New("idemkit/server: request body too large to fingerprint")
+	// errUnauthenticated wraps the error of Config.PrincipalFunc. HTTP: 401.
+	errUnauthenticated = errors.New("idemkit/server: no principal")
+	// errScopeInvalid means a principal or an endpoint cannot be part of a
+	// scope: empty, longer than maxScopePartBytes, invalid UTF-8 or with
+	// control characters (NUL among them). HTTP: 401 principal-invalid, or
+	// 400 endpoint-invalid; the store is never asked.
+	errScopeInvalid = errors.New("idemkit/server: invalid principal or endpoint")
+)

@@ -14,19 +14,20 @@ import (
 	"sync/atomic"
 
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // newExampleStore opens a migrated SQLite store in a temporary directory.
-func newExampleStore(ctx context.Context) (*server.SQLiteStore, func()) {
+func newExampleStore(ctx context.Context) (*sqlitestore.Store, func()) {
 	dir, err := os.MkdirTemp("", "idemkit-example")
 	if err != nil {
 		log.Fatal(err)
 	}
-	db, err := server.OpenSQLite(ctx, filepath.Join(dir, "idem.db"))
+	db, err := sqlitestore.Open(ctx, filepath.Join(dir, "idem.db"))
 	if err != nil {
 		log.Fatal(err)
 	}
-	store, err := server.NewSQLiteStore(db, nil)
+	store, err := sqlitestore.New(db, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func ExampleModeTransactional() {
 	fail.Store(true)
 	mux := http.NewServeMux()
 	mux.Handle("POST /payments", m.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tx, _ := server.SQLTx(r.Context())
+		tx, _ := sqlitestore.Tx(r.Context())
 		res, err := tx.ExecContext(r.Context(), `INSERT INTO payments (amount) VALUES (4000)`)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -155,47 +156,6 @@ func ExampleModeTransactional() {
 	// 201 payment 1
 	// 201 payment 1
 	// payments: 1
-}
-
-func ExampleParseKey() {
-	for _, h := range [][]string{{"abc"}, {`"abc"`}, {}, {"a", "b"}, {strings.Repeat("x", 256)}} {
-		key, err := server.ParseKey(h)
-		switch {
-		case errors.Is(err, server.ErrKeyMissing):
-			fmt.Println("missing")
-		case errors.Is(err, server.ErrKeyInvalid):
-			fmt.Println("invalid:", err.(*server.KeyError).Reason)
-		default:
-			fmt.Printf("key %q\n", key)
-		}
-	}
-	// Output:
-	// key "abc"
-	// key "abc"
-	// missing
-	// invalid: the header is repeated (2 field lines); send exactly one
-	// invalid: the key is 256 bytes long; at most 255 are allowed
-}
-
-func ExampleCanonicalJSON() {
-	for _, in := range []string{
-		`{"currency": "EUR", "amount": 4000.0}`,
-		`{"amount":4e3,"currency":"EUR"}`,
-		`{"n": 123456789012345678901234567890, "f": 0.10}`,
-	} {
-		out, err := server.CanonicalJSON([]byte(in))
-		if err != nil {
-			log.Fatal(err)
-		}
-		fmt.Println(string(out))
-	}
-	_, err := server.CanonicalJSON([]byte(`{"a":1,"a":2}`))
-	fmt.Println(errors.Is(err, server.ErrNotCanonicalizable))
-	// Output:
-	// {"amount":4000,"currency":"EUR"}
-	// {"amount":4000,"currency":"EUR"}
-	// {"f":0.1,"n":1.2345678901234567890123456789e+29}
-	// true
 }
 
 // OnEventFunc sees one Event per keyed request: log it, count it, trace it.

@@ -1,9 +1,25 @@
 package server
 
-// WithCallerClock makes s decide leases and expiry by the times its callers
-// pass instead of the database's clock, so that tests can move time. Only
-// tests can call it: production stores always use the database's clock.
-func WithCallerClock(s *PostgresStore) *PostgresStore {
-	s.clock = pgClock{callerClock: true}
-	return s
-}
+import "time"
+
+// ConfigOf returns the configuration m runs with, defaults filled in.
+func ConfigOf(m *Middleware) *Config { return m.cfg }
+
+// WindowOf returns the Idempotency-Window header value of m.
+func WindowOf(m *Middleware) string { return m.window }
+
+// ReplayHeadersOf returns the set of headers m stores for replay.
+func ReplayHeadersOf(m *Middleware) map[string]bool { return m.replayHeaders }
+
+// SetTimeNowFunc makes m read the time from now.
+func SetTimeNowFunc(m *Middleware, now func() time.Time) { m.timeNowFunc = now }
+
+// Internals the external tests assert on.
+var (
+	ErrFingerprintMismatchForTest = errFingerprintMismatch
+	ErrKeyMissingForTest          = errKeyMissing
+	ErrUnauthenticatedForTest     = errUnauthenticated
+)
+
+// MaxScopePartBytesForTest bounds a principal or an endpoint.
+const MaxScopePartBytesForTest = maxScopePartBytes

@@ -12,25 +12,25 @@ import (
 	"github.com/idemkit/idemkit/internal/canonjson"
 )
 
-// FingerprintVersion is the version of the canonical request form hashed by
-// Fingerprint. It is stored with every record; a change to the form gets a
+// fingerprintVersion is the version of the canonical request form hashed by
+// fingerprint. It is stored with every record; a change to the form gets a
 // new version.
-const FingerprintVersion = 1
+const fingerprintVersion = 1
 
 // fingerprintPrefix starts the canonical form of version 1.
 const fingerprintPrefix = "idemkit-fp-v1\n"
 
-// Fingerprint returns the SHA-256 of the canonical form of a request with the
-// given body, and the version of that form (FingerprintVersion):
+// fingerprint returns the SHA-256 of the canonical form of a request with the
+// given body, and the version of that form (fingerprintVersion):
 //
 //	idemkit-fp-v1\n<METHOD>\n<escaped path>?<raw query>\n<json|raw>\n<body>
 //
 // When the Content-Type is application/json or ends in +json and body is
-// valid JSON (see CanonicalJSON), the body is canonicalised and the marker is
+// valid JSON (see canonicalJSON), the body is canonicalised and the marker is
 // "json"; otherwise the body is taken byte for byte and the marker is "raw".
 // Host, headers other than Content-Type, and the key itself are not part of
 // the fingerprint.
-func Fingerprint(r *http.Request, body []byte) ([]byte, int) {
+func fingerprint(r *http.Request, body []byte) ([]byte, int) {
 	h := sha256.New()
 	h.Write([]byte(fingerprintPrefix))
 	h.Write([]byte(r.Method))
@@ -43,12 +43,12 @@ func Fingerprint(r *http.Request, body []byte) ([]byte, int) {
 		if doc, err := canonjson.Parse(body, &jsonLimits); err == nil {
 			h.Write([]byte("json\n"))
 			doc.WriteTo(h) // a hash does not fail
-			return h.Sum(nil), FingerprintVersion
+			return h.Sum(nil), fingerprintVersion
 		}
 	}
 	h.Write([]byte("raw\n"))
 	h.Write(body)
-	return h.Sum(nil), FingerprintVersion
+	return h.Sum(nil), fingerprintVersion
 }
 
 func isJSONContentType(ct string) bool {
@@ -62,11 +62,11 @@ func isJSONContentType(ct string) bool {
 	return mt == "application/json" || (strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))
 }
 
-// ErrNotCanonicalizable is returned (wrapped) by CanonicalJSON for input that
+// errNotCanonicalizable is returned (wrapped) by canonicalJSON for input that
 // is not JSON it can canonicalise: a syntax error, invalid UTF-8, an object
 // with a duplicate key, a lone surrogate escape, nesting deeper than
 // maxJSONDepth, or an exponent beyond ±1,000,000,000.
-var ErrNotCanonicalizable = errors.New("idemkit/server: JSON cannot be canonicalised")
+var errNotCanonicalizable = errors.New("idemkit/server: JSON cannot be canonicalised")
 
 // maxJSONDepth is the deepest nesting version 1 of the fingerprint
 // canonicalises; deeper bodies are hashed raw.
@@ -74,7 +74,7 @@ const maxJSONDepth = 1000
 
 var jsonLimits = canonjson.Limits{MaxDepth: maxJSONDepth}
 
-// CanonicalJSON returns the canonical form of the JSON text b: object members
+// canonicalJSON returns the canonical form of the JSON text b: object members
 // sorted by key (by Unicode code point), no insignificant whitespace, strings
 // re-escaped minimally, and numbers written as an exact canonical decimal, so
 // that 1, 1.0, 10e-1 and 1E0 are the same text while large integers keep
@@ -85,10 +85,10 @@ var jsonLimits = canonjson.Limits{MaxDepth: maxJSONDepth}
 // trailing zeros and an exponent e (value d×10^e): as an integer when
 // 0 ≤ e and len(d)+e ≤ 21, as a decimal fraction when -len(d)-6 < e < 0, and
 // otherwise as d[0].d[1:]e±x. Zero is 0 (also for -0).
-func CanonicalJSON(b []byte) ([]byte, error) {
+func canonicalJSON(b []byte) ([]byte, error) {
 	doc, err := canonjson.Parse(b, &jsonLimits)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNotCanonicalizable, err)
+		return nil, fmt.Errorf("%w: %w", errNotCanonicalizable, err)
 	}
 	var out bytes.Buffer
 	out.Grow(len(b))

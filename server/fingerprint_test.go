@@ -66,10 +66,10 @@ func TestCanonicalJSON(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
 			t.Parallel()
-			got, err := CanonicalJSON([]byte(tt.in))
+			got, err := canonicalJSON([]byte(tt.in))
 			require.NoError(t, err)
 			require.Equal(t, tt.want, string(got), "got %s want %s", got, tt.want)
-			again, err := CanonicalJSON(got)
+			again, err := canonicalJSON(got)
 			require.NoError(t, err)
 			require.Equal(t, string(got), string(again), "canonical form is not a fixed point")
 		})
@@ -92,8 +92,8 @@ func TestCanonicalJSON_Errors(t *testing.T) {
 	} {
 		t.Run(in[:min(len(in), 40)], func(t *testing.T) {
 			t.Parallel()
-			got, err := CanonicalJSON([]byte(in))
-			require.ErrorIs(t, err, ErrNotCanonicalizable, "got %q", got)
+			got, err := canonicalJSON([]byte(in))
+			require.ErrorIs(t, err, errNotCanonicalizable, "got %q", got)
 		})
 	}
 }
@@ -106,8 +106,8 @@ func TestFingerprint(t *testing.T) {
 		if contentType != "" {
 			r.Header.Set("Content-Type", contentType)
 		}
-		sum, version := Fingerprint(r, []byte(body))
-		require.Equal(t, FingerprintVersion, version)
+		sum, version := fingerprint(r, []byte(body))
+		require.Equal(t, fingerprintVersion, version)
 		require.Len(t, sum, 32)
 		return sum
 	}
@@ -152,12 +152,12 @@ func TestFingerprint_AllocatesAtMostFourTimesTheBody(t *testing.T) { //nolint:pa
 	body := []byte("[" + strings.Repeat("0,", 1<<19) + "0]")
 	r := httptest.NewRequest("POST", "/payments", nil)
 	r.Header.Set("Content-Type", "application/json")
-	Fingerprint(r, body) // warm up
+	fingerprint(r, body) // warm up
 	const runs = 4
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	for range runs {
-		Fingerprint(r, body)
+		fingerprint(r, body)
 	}
 	runtime.ReadMemStats(&after)
 	perByte := float64(after.TotalAlloc-before.TotalAlloc) / runs / float64(len(body))
@@ -190,7 +190,7 @@ func TestFingerprint_Golden(t *testing.T) {
 		if c.ContentType != "" {
 			r.Header.Set("Content-Type", c.ContentType)
 		}
-		sum, version := Fingerprint(r, []byte(c.Body))
+		sum, version := fingerprint(r, []byte(c.Body))
 		require.Equal(t, 1, version)
 		got := hex.EncodeToString(sum)
 		if *updateGolden {
@@ -211,12 +211,12 @@ func TestFingerprint_Form(t *testing.T) {
 	// The documented form, spelled out once by hand.
 	r := httptest.NewRequest("POST", "/a%2Fb?q=1", strings.NewReader(`{"b":1, "a":2}`))
 	r.Header.Set("Content-Type", "application/json")
-	got, _ := Fingerprint(r, []byte(`{"b":1, "a":2}`))
+	got, _ := fingerprint(r, []byte(`{"b":1, "a":2}`))
 	want := sha256Hex("idemkit-fp-v1\nPOST\n/a%2Fb?q=1\njson\n{\"a\":2,\"b\":1}")
 	require.Equal(t, want, hex.EncodeToString(got))
 
 	r = httptest.NewRequest("PATCH", "/x", strings.NewReader("abc"))
-	got, _ = Fingerprint(r, []byte("abc"))
+	got, _ = fingerprint(r, []byte("abc"))
 	require.Equal(t, sha256Hex("idemkit-fp-v1\nPATCH\n/x?\nraw\nabc"), hex.EncodeToString(got))
 }
 
@@ -236,15 +236,15 @@ func FuzzCanonicalJSON(f *testing.F) {
 		f.Add([]byte(s[0]), []byte(s[1]))
 	}
 	f.Fuzz(func(t *testing.T, a, b []byte) {
-		ca, errA := CanonicalJSON(a)
-		cb, errB := CanonicalJSON(b)
+		ca, errA := canonicalJSON(a)
+		cb, errB := canonicalJSON(b)
 		checkCanonical(t, a, ca, errA)
 		checkCanonical(t, b, cb, errB)
 		if errA == nil {
 			// Re-spacing the text never changes the canonical form.
 			var indented bytes.Buffer
 			if json.Indent(&indented, a, " ", "\t") == nil {
-				ci, err := CanonicalJSON(indented.Bytes())
+				ci, err := canonicalJSON(indented.Bytes())
 				if err != nil || !bytes.Equal(ci, ca) {
 					t.Fatalf("%q indented canonicalises to %q, %v; want %q", a, ci, err, ca)
 				}
@@ -266,7 +266,7 @@ func FuzzCanonicalJSON(f *testing.F) {
 func checkCanonical(t *testing.T, in, out []byte, err error) {
 	t.Helper()
 	if err != nil {
-		require.ErrorIs(t, err, ErrNotCanonicalizable)
+		require.ErrorIs(t, err, errNotCanonicalizable)
 		if json.Valid(in) {
 			// encoding/json accepts these; we refuse them on purpose.
 			msg := err.Error()
@@ -280,7 +280,7 @@ func checkCanonical(t *testing.T, in, out []byte, err error) {
 	if !json.Valid(out) {
 		t.Fatalf("CanonicalJSON(%q) = %q: not valid JSON", in, out)
 	}
-	again, err := CanonicalJSON(out)
+	again, err := canonicalJSON(out)
 	if err != nil || !bytes.Equal(again, out) {
 		t.Fatalf("CanonicalJSON is not idempotent: %q -> %q -> %q, %v", in, out, again, err)
 	}
@@ -365,4 +365,31 @@ func smallRat(s string) (*big.Rat, bool) {
 func sha256Hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
+}
+
+// The canonical form of a few payment bodies, and a body that has none.
+func TestCanonicalJSON_PaymentBodies(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		`{"currency": "EUR", "amount": 4000.0}`:            `{"amount":4000,"currency":"EUR"}`,
+		`{"amount":4e3,"currency":"EUR"}`:                  `{"amount":4000,"currency":"EUR"}`,
+		`{"n": 123456789012345678901234567890, "f": 0.10}`: `{"f":0.1,"n":1.2345678901234567890123456789e+29}`,
+	} {
+		out, err := canonicalJSON([]byte(in))
+		require.NoError(t, err)
+		require.Equal(t, want, string(out), "canonical form of %s", in)
+	}
+	_, err := canonicalJSON([]byte(`{"a":1,"a":2}`))
+	require.ErrorIs(t, err, errNotCanonicalizable)
+}
+
+func BenchmarkCanonicalJSON(b *testing.B) {
+	in := []byte(`{"currency":"EUR","amount":4000,"metadata":{"order":"ord_123","items":[1,2,3.50,"x"]},"description":"caf\u00e9"}`)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(in)))
+	for b.Loop() {
+		if _, err := canonicalJSON(in); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"bufio"
@@ -23,6 +23,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/testpg"
+	"github.com/idemkit/idemkit/internal/wire"
+	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/pgstore"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // The kill tests run the middleware in a child process (this test binary,
@@ -36,7 +40,7 @@ const mwChildEnv = "IDEMKIT_KILL_CHILD"
 type mwChildSpec struct {
 	Store      string        `json:"store"`  // mwSQLite or mwPostgres
 	Target     string        `json:"target"` // SQLite path or PostgreSQL DSN
-	Mode       Mode          `json:"mode"`
+	Mode       server.Mode   `json:"mode"`
 	Lease      time.Duration `json:"lease"`
 	Block      bool          `json:"block"`      // the handler blocks forever once entered
 	Generation int           `json:"generation"` // written into the runs table
@@ -66,16 +70,16 @@ func TestKillChild(t *testing.T) {
 func mwRunChild(spec mwChildSpec) error {
 	ctx := context.Background()
 	var (
-		store  Store
+		store  server.Store
 		insert func(r *http.Request, gen int, body string) error
 	)
 	switch spec.Store {
 	case mwSQLite:
-		db, err := OpenSQLite(ctx, spec.Target)
+		db, err := sqlitestore.Open(ctx, spec.Target)
 		if err != nil {
 			return err
 		}
-		st, err := NewSQLiteStore(db, nil)
+		st, err := sqlitestore.New(db, nil)
 		if err != nil {
 			return err
 		}
@@ -89,8 +93,8 @@ func mwRunChild(spec mwChildSpec) error {
 		}
 		store = st
 		insert = func(r *http.Request, gen int, body string) error {
-			sc, _ := ScopeFromContext(r.Context())
-			if tx, ok := SQLTx(r.Context()); ok {
+			sc, _ := server.ScopeFromContext(r.Context())
+			if tx, ok := sqlitestore.Tx(r.Context()); ok {
 				// The transaction holds SQLite's only write lock: the
 				// effect is the run.
 				_, err := tx.ExecContext(r.Context(), mwInsertEffectSQLite, sc.Principal, sc.Key, body)
@@ -107,7 +111,7 @@ func mwRunChild(spec mwChildSpec) error {
 		if err != nil {
 			return err
 		}
-		st, err := NewPostgresStore(pool, nil)
+		st, err := pgstore.New(pool, nil)
 		if err != nil {
 			return err
 		}
@@ -121,8 +125,8 @@ func mwRunChild(spec mwChildSpec) error {
 		}
 		store = st
 		insert = func(r *http.Request, gen int, body string) error {
-			sc, _ := ScopeFromContext(r.Context())
-			if tx, ok := PgxTx(r.Context()); ok {
+			sc, _ := server.ScopeFromContext(r.Context())
+			if tx, ok := pgstore.Tx(r.Context()); ok {
 				_, err := tx.Exec(r.Context(), mwInsertEffectPostgres, sc.Principal, sc.Key, body)
 				return err
 			}
@@ -136,7 +140,7 @@ func mwRunChild(spec mwChildSpec) error {
 		return fmt.Errorf("unknown store %q", spec.Store)
 	}
 
-	m, err := New(store, &Config{PrincipalFunc: mwPrincipal, Mode: spec.Mode, LeaseDuration: spec.Lease})
+	m, err := server.New(store, &server.Config{PrincipalFunc: mwPrincipal, Mode: spec.Mode, LeaseDuration: spec.Lease})
 	if err != nil {
 		return err
 	}
@@ -242,7 +246,7 @@ func (c *mwChild) post(ctx context.Context, key string) (*mwResponse, error) {
 	}
 	req.Header.Set("X-Principal", "alice")
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(HeaderKey, key)
+	req.Header.Set(server.HeaderKey, key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err
@@ -291,7 +295,7 @@ func mwNewKillTarget(t *testing.T, kind string) *mwKillTarget {
 
 // mwKillInHandler starts a blocking child, sends a request, waits until the
 // handler runs and kills the child.
-func mwKillInHandler(t *testing.T, ctx context.Context, tg *mwKillTarget, mode Mode, lease time.Duration) time.Time {
+func mwKillInHandler(t *testing.T, ctx context.Context, tg *mwKillTarget, mode server.Mode, lease time.Duration) time.Time {
 	t.Helper()
 	child := mwStartChild(t, mwChildSpec{Store: tg.kind, Target: tg.target, Mode: mode, Lease: lease, Block: true, Generation: 1})
 	reqCtx, cancel := context.WithCancel(ctx)
@@ -315,7 +319,7 @@ func TestKill_Transactional(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		tg := mwNewKillTarget(t, kind)
-		mwKillInHandler(t, ctx, tg, ModeTransactional, 0)
+		mwKillInHandler(t, ctx, tg, server.ModeTransactional, 0)
 
 		// The crash rolled everything back: no claim, no effect (the
 		// handler had written its effect in the transaction before it
@@ -324,14 +328,14 @@ func TestKill_Transactional(t *testing.T) {
 		require.Equal(t, 0, tg.count(t, mwCountEffects), "no effect remains")
 
 		// The retry on a new process succeeds, exactly once.
-		child := mwStartChild(t, mwChildSpec{Store: kind, Target: tg.target, Mode: ModeTransactional, Generation: 2})
+		child := mwStartChild(t, mwChildSpec{Store: kind, Target: tg.target, Mode: server.ModeTransactional, Generation: 2})
 		res := mwPostUntil(t, ctx, child, "kill-me", func(r *mwResponse) bool { return r.Status != http.StatusConflict })
 		require.Equal(t, http.StatusCreated, res.Status, "body %s", res.Body)
-		require.Empty(t, res.Header.Get(HeaderReplayed))
+		require.Empty(t, res.Header.Get(wire.HeaderReplayed))
 		require.JSONEq(t, `{"generation":2}`, string(res.Body))
 		again, err := child.post(ctx, "kill-me")
 		require.NoError(t, err)
-		require.Equal(t, "true", again.Header.Get(HeaderReplayed))
+		require.Equal(t, "true", again.Header.Get(wire.HeaderReplayed))
 		require.Equal(t, 1, tg.count(t, mwCountEffects), "exactly one effect")
 		require.Equal(t, 1, tg.count(t, mwCountRecords))
 	})
@@ -344,13 +348,13 @@ func TestKill_Lease(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		tg := mwNewKillTarget(t, kind)
-		claimedBefore := mwKillInHandler(t, ctx, tg, ModeLease, lease)
+		claimedBefore := mwKillInHandler(t, ctx, tg, server.ModeLease, lease)
 
 		// The claim was committed before the handler ran: it survives.
 		require.Equal(t, 1, tg.count(t, mwCountInProgress), "an in_progress row remains")
 		require.Equal(t, 1, tg.count(t, "SELECT count(*) FROM runs WHERE generation = 1"), "the killed handler ran")
 
-		child := mwStartChild(t, mwChildSpec{Store: kind, Target: tg.target, Mode: ModeLease, Lease: lease, Generation: 2})
+		child := mwStartChild(t, mwChildSpec{Store: kind, Target: tg.target, Mode: server.ModeLease, Lease: lease, Generation: 2})
 		res, err := child.post(ctx, "kill-me")
 		require.NoError(t, err)
 		if time.Since(claimedBefore) < lease-500*time.Millisecond {
@@ -365,12 +369,12 @@ func TestKill_Lease(t *testing.T) {
 		// After the lease it takes the claim over and runs exactly once.
 		res = mwPostUntil(t, ctx, child, "kill-me", func(r *mwResponse) bool { return r.Status != http.StatusConflict })
 		require.Equal(t, http.StatusCreated, res.Status, "body %s", res.Body)
-		require.Empty(t, res.Header.Get(HeaderReplayed))
+		require.Empty(t, res.Header.Get(wire.HeaderReplayed))
 		require.JSONEq(t, `{"generation":2}`, string(res.Body))
 		for range 2 {
 			again, err := child.post(ctx, "kill-me")
 			require.NoError(t, err)
-			require.Equal(t, "true", again.Header.Get(HeaderReplayed))
+			require.Equal(t, "true", again.Header.Get(wire.HeaderReplayed))
 		}
 		require.Equal(t, 1, tg.count(t, "SELECT count(*) FROM runs WHERE generation = 2"), "the takeover ran exactly once")
 		require.Equal(t, 0, tg.count(t, mwCountInProgress))

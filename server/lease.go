@@ -35,11 +35,19 @@ type lease struct {
 	scope         Scope
 	token         int64
 	cancelHandler context.CancelCauseFunc
+	// ev is the request's event. Only the request's goroutine writes it
+	// (complete, stop); the heartbeat counts into extendErrors and lost,
+	// which stop adds to it.
+	ev *Event
 
 	mu         sync.Mutex
 	heldUntil  time.Time
 	err        error // why the lease was lost; nil while held
 	completing bool  // the completion runs: a refused extension is no news
+	// extendErrors and lostCount are the heartbeat's failed extensions and
+	// lost leases, for the event.
+	extendErrors int
+	lostCount    int
 
 	lost     chan struct{} // closed once err is set
 	stopOnce sync.Once
@@ -49,9 +57,9 @@ type lease struct {
 
 // startLease starts the heartbeat of the claim of scope with token, acquired
 // by a claim call that started at claimStart.
-func (m *Middleware) startLease(ctx context.Context, scope Scope, token int64, claimStart time.Time, cancelHandler context.CancelCauseFunc) *lease {
+func (m *Middleware) startLease(ctx context.Context, ev *Event, token int64, claimStart time.Time, cancelHandler context.CancelCauseFunc) *lease {
 	l := &lease{
-		m: m, scope: scope, token: token, cancelHandler: cancelHandler,
+		m: m, scope: ev.Scope, token: token, cancelHandler: cancelHandler, ev: ev,
 		heldUntil: claimStart.Add(m.cfg.LeaseDuration),
 		lost:      make(chan struct{}),
 		stopCh:    make(chan struct{}),
@@ -109,7 +117,9 @@ func (l *lease) run(ctx context.Context) {
 			l.lose(ctx, fmt.Errorf("%w: another attempt took the claim over", ErrLeaseLost))
 			return
 		default:
-			m.metrics.storeError("extend_lease")
+			l.mu.Lock()
+			l.extendErrors++
+			l.mu.Unlock()
 			m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemkit: could not extend the lease; retrying until it runs out",
 				scopeAttrs(l.scope, slog.Int64("token", l.token), slog.Any("error", err))...)
 		}
@@ -130,9 +140,9 @@ func (l *lease) lose(ctx context.Context, err error) {
 		return
 	}
 	l.err = err
+	l.lostCount++
 	close(l.lost)
 	l.mu.Unlock()
-	l.m.metrics.leaseLost.Inc()
 	l.m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemkit: lease lost while the handler runs; its context is canceled",
 		scopeAttrs(l.scope, slog.Int64("token", l.token), slog.Any("error", err))...)
 	l.cancelHandler(err)
@@ -151,6 +161,12 @@ func (l *lease) stop() {
 	l.stopOnce.Do(func() {
 		close(l.stopCh)
 		<-l.done
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for range l.extendErrors {
+			l.ev.StoreErrors = append(l.ev.StoreErrors, "extend_lease")
+		}
+		l.ev.LeaseLost += l.lostCount
 	})
 }
 
@@ -184,20 +200,20 @@ func (l *lease) complete(ctx context.Context, r *http.Request, resp *StoredRespo
 		case err == nil:
 			return nil
 		case errors.Is(err, ErrLeaseLost):
-			m.metrics.leaseLost.Inc()
+			l.ev.LeaseLost++
 			m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn,
 				"idemkit: lease lost before completion; the response is sent but not stored (another attempt took the claim over)",
 				scopeAttrs(l.scope, slog.Int64("token", l.token))...)
 			return err
 		case !resp.BodyOmitted && errors.Is(err, ErrStoreFull):
-			m.metrics.storeError("complete")
+			l.ev.StoreErrors = append(l.ev.StoreErrors, "complete")
 			m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn,
 				"idemkit: the store cannot take the response body; storing the outcome without it (a replay sends Idempotent-Response-Omitted)",
 				scopeAttrs(l.scope, slog.Int64("token", l.token), slog.Int("body_bytes", len(resp.Body)), slog.Any("error", err))...)
 			resp = withoutBody(resp)
 			continue
 		}
-		m.metrics.storeError("complete")
+		l.ev.StoreErrors = append(l.ev.StoreErrors, "complete")
 		if time.Now().After(giveUp) {
 			m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError,
 				"idemkit: the store kept refusing the completion; giving up, the lease will lapse and the next attempt's outcome check must reconcile",
@@ -233,4 +249,65 @@ func attemptOf(res ClaimResult) Attempt {
 		a.PreviousOutcomeUnknown, a.PreviousToken = true, res.Token-1
 	}
 	return a
+}
+
+// serveLease runs a request in lease mode: the claim commits, with a
+// lease, before the handler runs.
+func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fp []byte, version int, ev *Event) {
+	ctx := r.Context()
+	if err := ctx.Err(); err != nil {
+		m.storeFailure(w, r, ev, "claim", err)
+		return
+	}
+	cleanup := context.WithoutCancel(ctx)
+	req := m.claimRequest(scope, fp, version, m.cfg.LeaseDuration)
+	// The claim commits on its own: a client that disconnects mid-statement
+	// must not leave a committed claim this process never learns about (and
+	// so never releases), so the claim runs on a context the request cannot
+	// cancel, bounded by Config.StoreTimeout instead.
+	claimCtx, cancelClaim := context.WithTimeout(cleanup, m.cfg.StoreTimeout)
+	t0 := time.Now()
+	res, err := m.store.Claim(claimCtx, req)
+	cancelClaim()
+	ev.ClaimDuration = time.Since(t0)
+	if err != nil {
+		m.storeFailure(w, r, ev, "claim", err)
+		return
+	}
+	if !res.Acquired {
+		m.answerExisting(w, r, res.Existing, fp, version, ev)
+		return
+	}
+	if err := ctx.Err(); err != nil {
+		// Claimed for a client that is gone: free the key at once rather
+		// than holding it for a whole lease.
+		m.release(cleanup, r, ev, res.Token)
+		m.storeFailure(w, r, ev, "claim", err)
+		return
+	}
+	m.acquired(ev, res)
+	hctx, cancelHandler := context.WithCancelCause(ctx)
+	defer cancelHandler(nil)
+	l := m.startLease(cleanup, ev, res.Token, t0, cancelHandler)
+	defer l.end()
+	m.runHeld(w, r.WithContext(context.WithValue(hctx, ctxKeyAttempt, attemptOf(res))), ctx, cleanup, next, l, ev)
+}
+
+// release frees a lease-mode claim after a 5xx or a panic.
+func (m *Middleware) release(ctx context.Context, r *http.Request, ev *Event, token int64) {
+	scope := ev.Scope
+	ev.Released = true
+	callCtx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+	defer cancel()
+	err := m.store.Release(callCtx, scope, token)
+	if err == nil {
+		return
+	}
+	if errors.Is(err, ErrLeaseLost) {
+		ev.LeaseLost++
+	} else {
+		ev.StoreErrors = append(ev.StoreErrors, "release")
+	}
+	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "idemkit: could not release the claim; a retry waits for the lease to end",
+		scopeAttrs(scope, slog.Int64("token", token), slog.Any("error", err))...)
 }

@@ -11,78 +11,9 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
-
-// Response headers set by the middleware.
-const (
-	// HeaderReplayed marks a stored response: the handler did not run.
-	HeaderReplayed = "Idempotent-Replayed"
-	// HeaderOmitted marks the replay of a response whose body was too large
-	// to store: the status and headers are the original, the body is empty.
-	HeaderOmitted = "Idempotent-Response-Omitted"
-	// HeaderWindow is on every response to a keyed request: the retention
-	// window in whole seconds.
-	HeaderWindow = "Idempotency-Window"
-)
-
-// Outcome says what the middleware did with a request.
-type Outcome string
-
-const (
-	// OutcomeExecuted: the handler ran and its response was stored.
-	OutcomeExecuted Outcome = "executed"
-	// OutcomeReplayed: a stored response was sent; the handler did not run.
-	OutcomeReplayed Outcome = "replayed"
-	// OutcomeInFlight: 409, another attempt with the key is in progress.
-	OutcomeInFlight Outcome = "conflict"
-	// OutcomeMismatch: 422, the key was used with a different request.
-	OutcomeMismatch Outcome = "mismatch"
-	// OutcomeRejected: 400, 401 or 413 before any claim.
-	OutcomeRejected Outcome = "rejected"
-	// OutcomeReleased: the handler answered 5xx or panicked; the claim was
-	// released (or rolled back) and nothing was stored.
-	OutcomeReleased Outcome = "released"
-	// OutcomeNotStored: the handler's response is one the middleware does
-	// not store (see Middleware.stores: a status that says nothing
-	// happened yet, or one the handler marked with MarkNotStored). It was
-	// sent; the claim was released (or rolled back), so a retry runs the
-	// handler again.
-	OutcomeNotStored Outcome = "not_stored"
-	// OutcomeStoreError: 503, the store failed; the handler did not run, or
-	// (transactional mode) its effect was rolled back.
-	OutcomeStoreError Outcome = "store_error"
-	// OutcomePassThrough: no key and Config.AllowMissingKey; the handler ran
-	// unprotected.
-	OutcomePassThrough Outcome = "pass_through"
-	// OutcomeUnknown: 503 outcome-unknown; the middleware cannot tell
-	// whether the result was applied or stored (a COMMIT whose answer was
-	// lost, a lease lost while the handler ran). A retry with the same key
-	// finds out.
-	OutcomeUnknown Outcome = "unknown"
-	// OutcomeCanceled: the request's context ended before the key was
-	// claimed (the client went away), or the handler then returned without
-	// writing anything; nothing is stored and nothing is held.
-	OutcomeCanceled Outcome = "canceled"
-)
-
-// Event describes one keyed request, for Config.OnEventFunc.
-type Event struct {
-	// Scope is the request's scope; empty for requests rejected before it
-	// was known.
-	Scope   Scope
-	Outcome Outcome
-	// Status is the status sent to the client (0 for OutcomePassThrough).
-	Status int
-	// Token is the fencing token of the claim the handler ran under.
-	Token int64
-	// TakenOver is true when the claim took over a lapsed lease.
-	TakenOver bool
-	// Err is the error behind the outcome, if any: the store error, a lost
-	// lease, the PrincipalFunc error, a key error, a recovered panic.
-	Err error
-	// Duration is the time the middleware spent on the request.
-	Duration time.Duration
-}
 
 // Middleware makes unsafe requests idempotent: it claims each request's
 // (principal, endpoint, key) scope in a Store, runs the handler once, stores
@@ -90,18 +21,16 @@ type Event struct {
 type Middleware struct {
 	store         Store
 	cfg           *Config
-	metrics       *metrics
 	window        string
 	replayHeaders map[string]bool
 	timeNowFunc   func() time.Time
 	durations     durations
-	usage         UsageReporter // set when quotas are on
+	usage         usageReporter // set when quotas are on
 }
 
 // New returns a Middleware over store, configured by cfg with defaults
 // filled in (see Config.WithDefaults). Config.PrincipalFunc is required, so a
-// nil cfg is an error naming it. New also fails if the collectors cannot be
-// registered on Config.Registerer.
+// nil cfg is an error naming it.
 func New(store Store, cfg *Config) (*Middleware, error) {
 	if store == nil {
 		return nil, errors.New("idemkit/server: New: store is nil")
@@ -110,17 +39,13 @@ func New(store Store, cfg *Config) (*Middleware, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	var usage UsageReporter
+	var usage usageReporter
 	if c.MaxKeysPerPrincipal > 0 || c.MaxStoredBytesPerPrincipal > 0 {
-		u, ok := store.(UsageReporter)
+		u, ok := store.(usageReporter)
 		if !ok {
-			return nil, fmt.Errorf("idemkit/server: invalid config: per-principal quotas need a store that implements UsageReporter; %T does not", store)
+			return nil, fmt.Errorf("idemkit/server: invalid config: per-principal quotas need a store with the method PrincipalUsage(ctx context.Context, principal string, now time.Time) (server.PrincipalUsage, error); %T has none", store)
 		}
 		usage = u
-	}
-	met, err := newMetrics(c.Registerer)
-	if err != nil {
-		return nil, err
 	}
 	allowed := make(map[string]bool, len(c.ReplayHeaders))
 	for _, h := range c.ReplayHeaders {
@@ -132,7 +57,6 @@ func New(store Store, cfg *Config) (*Middleware, error) {
 	return &Middleware{
 		store:         store,
 		cfg:           c,
-		metrics:       met,
 		window:        strconv.FormatInt(int64(c.Window/time.Second), 10),
 		replayHeaders: allowed,
 		timeNowFunc:   time.Now,
@@ -146,7 +70,7 @@ var neverStored = map[string]bool{
 	"Set-Cookie": true, "Authorization": true, "Proxy-Authorization": true, "Proxy-Authenticate": true,
 	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Te": true, "Trailer": true,
 	"Transfer-Encoding": true, "Upgrade": true, "Content-Length": true,
-	HeaderReplayed: true, HeaderOmitted: true, HeaderWindow: true, "Retry-After": true,
+	wire.HeaderReplayed: true, wire.HeaderOmitted: true, wire.HeaderWindow: true, "Retry-After": true,
 }
 
 func (m *Middleware) now() time.Time { return m.timeNowFunc() }
@@ -191,7 +115,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 }
 
 // endpoint returns the endpoint part of r's scope: the route's operation
-// name, Config.EndpointFunc's name, or EndpointAny.
+// name, Config.EndpointFunc's name, or endpointAny.
 func (m *Middleware) endpoint(r *http.Request, route routeOptions) string {
 	if route.name != "" {
 		return route.name
@@ -201,56 +125,56 @@ func (m *Middleware) endpoint(r *http.Request, route routeOptions) string {
 			return name
 		}
 	}
-	return EndpointAny
+	return endpointAny
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, route routeOptions) {
 	start := time.Now()
 	ev := Event{}
+	noEvent := false
 	defer func() {
 		// Runs on every return, and on the re-panic of http.ErrAbortHandler.
 		ev.Duration = time.Since(start)
-		m.metrics.outcome(ev.Outcome)
-		if m.cfg.OnEventFunc != nil {
+		if m.cfg.OnEventFunc != nil && !noEvent {
 			m.cfg.OnEventFunc(r, ev)
 		}
 	}()
 
-	key, keyErr := ParseKey(r.Header.Values(HeaderKey))
-	if keyErr != nil && errors.Is(keyErr, ErrKeyMissing) && m.cfg.AllowMissingKey {
-		ev.Outcome = OutcomePassThrough
+	key, keyErr := wire.ParseKey(r.Header.Values(HeaderKey))
+	if keyErr != nil && errors.Is(keyErr, errKeyMissing) && m.cfg.AllowMissingKey {
+		noEvent = true // not a keyed request
 		next.ServeHTTP(w, r)
 		return
 	}
-	w.Header().Set(HeaderWindow, m.window)
+	w.Header().Set(wire.HeaderWindow, m.window)
 
 	principal, err := m.cfg.PrincipalFunc(r)
 	if err == nil && principal == "" {
 		err = errors.New("PrincipalFunc returned an empty principal")
 	}
 	if err != nil {
-		ev.Err = fmt.Errorf("%w: %w", ErrUnauthenticated, err)
-		m.reject(w, &ev, http.StatusUnauthorized, ProblemUnauthenticated, "The request has no authenticated principal, so its Idempotency-Key cannot be scoped.")
+		ev.Err = fmt.Errorf("%w: %w", errUnauthenticated, err)
+		m.reject(w, &ev, http.StatusUnauthorized, wire.ProblemUnauthenticated, "The request has no authenticated principal, so its Idempotency-Key cannot be scoped.")
 		return
 	}
 	if err := validScopePart("principal", principal); err != nil {
-		ev.Err = fmt.Errorf("%w: %w: %w", ErrUnauthenticated, ErrScopeInvalid, err)
-		m.reject(w, &ev, http.StatusUnauthorized, ProblemPrincipalInvalid,
-			fmt.Sprintf("The request's principal cannot scope an Idempotency-Key: it must be valid UTF-8 without control characters, at most %d bytes.", MaxScopePartBytes))
+		ev.Err = fmt.Errorf("%w: %w: %w", errUnauthenticated, errScopeInvalid, err)
+		m.reject(w, &ev, http.StatusUnauthorized, wire.ProblemPrincipalInvalid,
+			fmt.Sprintf("The request's principal cannot scope an Idempotency-Key: it must be valid UTF-8 without control characters, at most %d bytes.", maxScopePartBytes))
 		return
 	}
 	if keyErr != nil {
 		ev.Err = keyErr
-		if errors.Is(keyErr, ErrKeyMissing) {
-			m.reject(w, &ev, http.StatusBadRequest, ProblemKeyMissing, "This operation requires an Idempotency-Key header; mint one key per intent (a UUIDv4) and resend it on every retry.")
+		if errors.Is(keyErr, errKeyMissing) {
+			m.reject(w, &ev, http.StatusBadRequest, wire.ProblemKeyMissing, "This operation requires an Idempotency-Key header; mint one key per intent (a UUIDv4) and resend it on every retry.")
 			return
 		}
 		detail := "The Idempotency-Key header is malformed."
-		var ke *KeyError
+		var ke *wire.KeyError
 		if errors.As(keyErr, &ke) {
 			detail = "The Idempotency-Key header is malformed: " + ke.Reason + "."
 		}
-		m.reject(w, &ev, http.StatusBadRequest, ProblemKeyInvalid, detail)
+		m.reject(w, &ev, http.StatusBadRequest, wire.ProblemKeyInvalid, detail)
 		return
 	}
 
@@ -261,22 +185,22 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	body, err := readBody(r, limit)
 	if err != nil {
 		ev.Err = err
-		if errors.Is(err, ErrBodyTooLarge) {
-			m.reject(w, &ev, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
+		if errors.Is(err, errBodyTooLarge) {
+			m.reject(w, &ev, http.StatusRequestEntityTooLarge, wire.ProblemBodyTooLarge,
 				fmt.Sprintf("The request body is larger than %d bytes, the most this route accepts.", limit))
 			return
 		}
-		m.reject(w, &ev, http.StatusBadRequest, ProblemBodyUnreadable, "The request body could not be read.")
+		m.reject(w, &ev, http.StatusBadRequest, wire.ProblemBodyUnreadable, "The request body could not be read.")
 		return
 	}
 	scope := Scope{Principal: principal, Endpoint: m.endpoint(r, route), Key: key}
 	if err := validScopePart("endpoint", scope.Endpoint); err != nil {
-		ev.Err = fmt.Errorf("%w: %w", ErrScopeInvalid, err)
-		m.reject(w, &ev, http.StatusBadRequest, ProblemEndpointInvalid,
-			fmt.Sprintf("The operation this request was routed to has no usable name: it must be valid UTF-8 without control characters, at most %d bytes.", MaxScopePartBytes))
+		ev.Err = fmt.Errorf("%w: %w", errScopeInvalid, err)
+		m.reject(w, &ev, http.StatusBadRequest, wire.ProblemEndpointInvalid,
+			fmt.Sprintf("The operation this request was routed to has no usable name: it must be valid UTF-8 without control characters, at most %d bytes.", maxScopePartBytes))
 		return
 	}
-	fp, version := Fingerprint(r, body)
+	fp, version := fingerprint(r, body)
 	ev.Scope = scope
 
 	if m.cfg.LegacyEndpointFunc != nil && m.answeredByLegacyRecord(w, r, scope, fp, version, &ev) {
@@ -298,14 +222,14 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	m.serveLease(w, r, next, scope, fp, version, &ev)
 }
 
-// readBody reads at most limit bytes of r.Body. It returns ErrBodyTooLarge if
+// readBody reads at most limit bytes of r.Body. It returns errBodyTooLarge if
 // there are more.
 func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
 	if r.ContentLength > limit {
-		return nil, fmt.Errorf("%w: Content-Length %d > %d", ErrBodyTooLarge, r.ContentLength, limit)
+		return nil, fmt.Errorf("%w: Content-Length %d > %d", errBodyTooLarge, r.ContentLength, limit)
 	}
 	n := limit
 	if n < math.MaxInt64 {
@@ -315,12 +239,12 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, fmt.Errorf("%w: %w", ErrBodyTooLarge, err)
+			return nil, fmt.Errorf("%w: %w", errBodyTooLarge, err)
 		}
 		return nil, fmt.Errorf("idemkit/server: read request body: %w", err)
 	}
 	if int64(len(body)) > limit {
-		return nil, fmt.Errorf("%w: more than %d bytes", ErrBodyTooLarge, limit)
+		return nil, fmt.Errorf("%w: more than %d bytes", errBodyTooLarge, limit)
 	}
 	return body, nil
 }
@@ -342,296 +266,17 @@ func (m *Middleware) claimRequest(scope Scope, fp []byte, version int, hold time
 	}
 }
 
-func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fp []byte, version int, ev *Event) {
-	ctx := r.Context()
-	if err := ctx.Err(); err != nil {
-		m.storeFailure(w, r, ev, "claim", err)
-		return
-	}
-	cleanup := context.WithoutCancel(ctx)
-	req := m.claimRequest(scope, fp, version, m.cfg.LeaseDuration)
-	// The claim commits on its own: a client that disconnects mid-statement
-	// must not leave a committed claim this process never learns about (and
-	// so never releases), so the claim runs on a context the request cannot
-	// cancel, bounded by Config.StoreTimeout instead.
-	claimCtx, cancelClaim := context.WithTimeout(cleanup, m.cfg.StoreTimeout)
-	t0 := time.Now()
-	res, err := m.store.Claim(claimCtx, req)
-	cancelClaim()
-	m.metrics.claimTime.Observe(time.Since(t0).Seconds())
-	if err != nil {
-		m.storeFailure(w, r, ev, "claim", err)
-		return
-	}
-	if !res.Acquired {
-		m.answerExisting(w, r, res.Existing, fp, version, ev)
-		return
-	}
-	if err := ctx.Err(); err != nil {
-		// Claimed for a client that is gone: free the key at once rather
-		// than holding it for a whole lease.
-		m.release(cleanup, r, scope, res.Token)
-		m.storeFailure(w, r, ev, "claim", err)
-		return
-	}
-	m.acquired(ev, res)
-	hctx, cancelHandler := context.WithCancelCause(ctx)
-	defer cancelHandler(nil)
-	r = r.WithContext(context.WithValue(hctx, ctxKeyAttempt, attemptOf(res)))
-	l := m.startLease(cleanup, scope, res.Token, t0, cancelHandler)
-	defer l.stop()
-
-	rec := newRecorder(w, m.cfg.MaxResponseBytes)
-	rec.overflowFunc = func() bool {
-		status, _ := rec.result()
-		if !m.stores(r, status) {
-			return false // keep buffering; the claim will be released
-		}
-		ev.Err = l.complete(cleanup, r, m.storedResponse(rec, true))
-		return true
-	}
-	handlerStart := time.Now()
-	pv, panicked := runHandler(next, rec, r)
-	m.durations.observe(routeKey(r, scope), time.Since(handlerStart))
-
-	if panicked {
-		if rec.streaming {
-			// The status and part of the body are out and the record says
-			// completed: all that is left is to cut the response short.
-			m.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idemkit: handler panicked after its response started streaming",
-				scopeAttrs(scope, slog.Any("panic", pv))...)
-			panic(http.ErrAbortHandler)
-		}
-		l.stop()
-		m.release(cleanup, r, scope, res.Token)
-		m.panicked(w, r, ev, pv)
-		return
-	}
-	if !rec.wrote() && ctx.Err() != nil {
-		// The handler gave up on a client that is gone and answered nothing:
-		// no outcome to store. Storing an empty 200 would replay success to
-		// the retry; free the key so that the retry runs the handler.
-		l.stop()
-		m.release(cleanup, r, scope, res.Token)
-		m.canceledInHandler(w, r, ev, ctx.Err())
-		return
-	}
-	if lost := l.lostErr(); lost != nil && !rec.wrote() {
-		// The handler stopped because its lease was lost: whatever it did
-		// is unknown, and the claim is (or will be) another attempt's, which
-		// is told so. Store nothing and release nothing.
-		l.stop()
-		m.outcomeUnknown(w, r, ev, lost, "The request's claim was lost while it was being processed, so its outcome is unknown. Retry with the same Idempotency-Key: the retry reconciles and answers the outcome.")
-		return
-	}
-	status, _ := rec.result()
-	ev.Status = status
-	if rec.streaming {
-		ev.Outcome = OutcomeExecuted
-		return
-	}
-	if !m.stores(r, status) {
-		l.stop()
-		m.release(cleanup, r, scope, res.Token)
-		ev.Outcome = OutcomeReleased
-		if status < 500 {
-			ev.Outcome = OutcomeNotStored
-		}
-		rec.send(nil)
-		return
-	}
-	ev.Err = l.complete(cleanup, r, m.storedResponse(rec, rec.overflowed))
-	ev.Outcome = OutcomeExecuted
-	rec.send(nil)
-}
-
-// release frees a lease-mode claim after a 5xx or a panic.
-func (m *Middleware) release(ctx context.Context, r *http.Request, scope Scope, token int64) {
-	m.metrics.releases.Inc()
-	callCtx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
-	defer cancel()
-	err := m.store.Release(callCtx, scope, token)
-	if err == nil {
-		return
-	}
-	if errors.Is(err, ErrLeaseLost) {
-		m.metrics.leaseLost.Inc()
-	} else {
-		m.metrics.storeError("release")
-	}
-	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "idemkit: could not release the claim; a retry waits for the lease to end",
-		scopeAttrs(scope, slog.Int64("token", token), slog.Any("error", err))...)
-}
-
 // outcomeUnknown answers a request whose result may or may not have been
 // applied or stored: 503 outcome-unknown, retry with the same key.
 func (m *Middleware) outcomeUnknown(w http.ResponseWriter, r *http.Request, ev *Event, err error, detail string) {
 	ev.Outcome, ev.Status, ev.Err = OutcomeUnknown, http.StatusServiceUnavailable, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
 	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idemkit: outcome unknown; answered outcome-unknown",
 		scopeAttrs(ev.Scope, slog.Any("error", err))...)
-	writeProblem(w, http.StatusServiceUnavailable, ProblemOutcomeUnknown, detail, 1)
-}
-
-func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fp []byte, version int, ev *Event) {
-	ctx := r.Context()
-	cleanup := context.WithoutCancel(ctx)
-	// Fast path for replays: a completed record never changes until it
-	// expires, so a plain read answers a duplicate without a transaction (and,
-	// on SQLite, without waiting for the single writer). Absence proves
-	// nothing here; only the claim below decides who runs the handler.
-	getCtx, cancelGet := context.WithTimeout(ctx, m.cfg.StoreTimeout)
-	existing, err := m.store.Get(getCtx, scope, m.now())
-	cancelGet()
-	if err == nil && existing.State == StateCompleted {
-		m.answerExisting(w, r, existing, fp, version, ev)
-		return
-	}
-	beginCtx, cancelBegin := context.WithTimeout(ctx, m.cfg.StoreTimeout)
-	tx, err := m.store.BeginTx(beginCtx, m.cfg.LockTimeout)
-	cancelBegin()
-	if err != nil {
-		m.storeFailure(w, r, ev, "begin", err)
-		return
-	}
-	rollback := func() {
-		rbCtx, cancel := context.WithTimeout(cleanup, m.cfg.StoreTimeout)
-		defer cancel()
-		if err := tx.Rollback(rbCtx); err != nil {
-			m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemkit: rollback failed; the database ends the transaction when the connection closes",
-				scopeAttrs(scope, slog.Any("error", err))...)
-		}
-	}
-	defer rollback() // a no-op after Commit or Rollback
-	req := m.claimRequest(scope, fp, version, m.cfg.LockTimeout)
-	t0 := time.Now()
-	claimCtx, cancelClaim := context.WithTimeout(ctx, m.cfg.StoreTimeout)
-	res, err := tx.Claim(claimCtx, req)
-	cancelClaim()
-	m.metrics.claimTime.Observe(time.Since(t0).Seconds())
-	if err != nil {
-		rollback()
-		m.storeFailure(w, r, ev, "claim", err)
-		return
-	}
-	if !res.Acquired {
-		rollback()
-		m.answerExisting(w, r, res.Existing, fp, version, ev)
-		return
-	}
-	m.acquired(ev, res)
-
-	rec := newRecorder(w, m.cfg.MaxResponseBytes)
-	// A body over MaxResponseBytes is not stored, so buffering it buys
-	// nothing: the transaction commits (the outcome without the body) as
-	// soon as the body grows past the cap, and the rest streams. Write the
-	// response after the effect: the transaction is closed from then on.
-	var earlyErr error
-	rec.overflowFunc = func() bool {
-		status, _ := rec.result()
-		if !m.stores(r, status) {
-			return false
-		}
-		endCtx, cancelEnd := context.WithTimeout(cleanup, m.cfg.StoreTimeout)
-		defer cancelEnd()
-		earlyErr = tx.Complete(endCtx, scope, res.Token, m.now(), m.storedResponse(rec, true))
-		if earlyErr == nil {
-			earlyErr = tx.Commit(endCtx)
-		}
-		return earlyErr == nil
-	}
-	hctx := context.WithValue(context.WithValue(ctx, ctxKeyTx, tx.Handle()), ctxKeyAttempt, attemptOf(res))
-	r = r.WithContext(hctx)
-	pv, panicked := runHandler(next, rec, r)
-	if panicked {
-		rollback()
-		m.metrics.releases.Inc()
-		m.panicked(w, r, ev, pv)
-		return
-	}
-	if !rec.wrote() && ctx.Err() != nil {
-		// As in lease mode: nothing answered to a gone client is no outcome;
-		// roll back so that the retry runs the handler.
-		rollback()
-		m.metrics.releases.Inc()
-		m.canceledInHandler(w, r, ev, ctx.Err())
-		return
-	}
-	status, _ := rec.result()
-	if rec.streaming {
-		ev.Outcome, ev.Status = OutcomeExecuted, status // committed at the overflow
-		return
-	}
-	if !m.stores(r, status) {
-		rollback()
-		m.metrics.releases.Inc()
-		ev.Outcome, ev.Status = OutcomeReleased, status
-		if status < 500 {
-			ev.Outcome = OutcomeNotStored
-		}
-		rec.send(nil)
-		return
-	}
-	endCtx, cancelEnd := context.WithTimeout(cleanup, m.cfg.StoreTimeout)
-	defer cancelEnd()
-	op := "commit"
-	if err = earlyErr; err == nil {
-		op = "complete"
-		err = tx.Complete(endCtx, scope, res.Token, m.now(), m.storedResponse(rec, rec.overflowed))
-		if err == nil {
-			op = "commit"
-			err = tx.Commit(endCtx)
-		}
-	}
-	if err != nil {
-		rollback()
-		m.metrics.storeError(op)
-		if errors.Is(err, ErrOutcomeUnknown) {
-			m.commitUnknown(w, r, rec, scope, res.Token, ev, err)
-			return
-		}
-		m.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idemkit: transaction failed after the handler ran; its effect was rolled back",
-			scopeAttrs(scope, slog.String("op", op), slog.Any("error", err))...)
-		ev.Outcome, ev.Status, ev.Err = OutcomeStoreError, http.StatusServiceUnavailable, err
-		slug := ProblemStoreUnavailable
-		if errors.Is(err, ErrStoreBusy) {
-			slug = ProblemStoreBusy
-		}
-		writeProblem(w, http.StatusServiceUnavailable, slug,
-			"The result could not be committed, so nothing was applied. Retry with the same Idempotency-Key.", 1)
-		return
-	}
-	ev.Outcome, ev.Status = OutcomeExecuted, status
-	rec.send(nil)
-}
-
-// commitUnknown answers a transactional request whose COMMIT was sent but
-// whose answer was lost: the transaction may have committed. The record is
-// read again; if it holds this claim's completion, the commit happened and
-// the handler's response is sent. Otherwise the answer is outcome-unknown,
-// never "nothing was applied": the commit may still have happened, and a
-// retry with the same key replays it if so.
-func (m *Middleware) commitUnknown(w http.ResponseWriter, r *http.Request, rec *recorder, scope Scope, token int64, ev *Event, err error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), m.cfg.StoreTimeout)
-	defer cancel()
-	stored, getErr := m.store.Get(ctx, scope, m.now())
-	if getErr == nil && stored.State == StateCompleted && stored.Token == token {
-		m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "idemkit: the COMMIT's answer was lost, but the record shows it committed",
-			scopeAttrs(scope, slog.Any("error", err))...)
-		status, _ := rec.result()
-		ev.Outcome, ev.Status = OutcomeExecuted, status
-		rec.send(nil)
-		return
-	}
-	m.outcomeUnknown(w, r, ev, errors.Join(err, getErr),
-		"The result was sent to the database but its confirmation was lost, so it may or may not have been applied. Retry with the same Idempotency-Key: a retry replays the result if it was applied.")
+	writeProblem(w, http.StatusServiceUnavailable, wire.ProblemOutcomeUnknown, detail, 1)
 }
 
 func (m *Middleware) acquired(ev *Event, res ClaimResult) {
 	ev.Token, ev.TakenOver = res.Token, res.TakenOver
-	m.metrics.claims.Inc()
-	if res.TakenOver {
-		m.metrics.takeovers.Inc()
-	}
 }
 
 // runHandler runs next and recovers a panic.
@@ -657,7 +302,7 @@ func (m *Middleware) panicked(w http.ResponseWriter, r *http.Request, ev *Event,
 	ev.Err = fmt.Errorf("idemkit/server: handler panicked: %v", pv)
 	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idemkit: handler panicked; claim released",
 		scopeAttrs(ev.Scope, slog.Any("panic", pv))...)
-	writeProblem(w, http.StatusInternalServerError, ProblemHandlerPanic, "The server failed while handling the request; nothing was stored. Retry with the same Idempotency-Key.", 0)
+	writeProblem(w, http.StatusInternalServerError, wire.ProblemHandlerPanic, "The server failed while handling the request; nothing was stored. Retry with the same Idempotency-Key.", 0)
 }
 
 // canceledInHandler answers a request whose handler returned without
@@ -667,8 +312,8 @@ func (m *Middleware) canceledInHandler(w http.ResponseWriter, r *http.Request, e
 	ev.Outcome, ev.Status, ev.Err = OutcomeCanceled, http.StatusServiceUnavailable, err
 	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelDebug, "idemkit: handler answered nothing to a canceled request; claim released",
 		scopeAttrs(ev.Scope, slog.Any("error", err))...)
-	writeProblem(w, http.StatusServiceUnavailable, ProblemCanceled,
-		"The request was canceled before it was processed; nothing was applied. Retry with the same Idempotency-Key.", 1)
+	writeProblem(w, http.StatusServiceUnavailable, wire.ProblemCanceled,
+		detailCanceled, 1)
 }
 
 // answerExisting answers a request whose claim found a live record.
@@ -678,9 +323,8 @@ func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, ex *
 		return
 	}
 	if ex.FingerprintVersion != version || !bytes.Equal(ex.Fingerprint, fp) {
-		m.metrics.mismatches.Inc()
-		ev.Outcome, ev.Status, ev.Err = OutcomeMismatch, http.StatusUnprocessableEntity, ErrFingerprintMismatch
-		writeProblem(w, http.StatusUnprocessableEntity, ProblemKeyReused,
+		ev.Outcome, ev.Status, ev.Err = OutcomeMismatch, http.StatusUnprocessableEntity, errFingerprintMismatch
+		writeProblem(w, http.StatusUnprocessableEntity, wire.ProblemKeyReused,
 			"This Idempotency-Key was already used for a different request (method, path or body). Use a new key for a new request.", 0)
 		return
 	}
@@ -692,21 +336,19 @@ func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, ex *
 		m.replay(w, ex.Response, ev)
 		return
 	}
-	m.metrics.conflicts.Inc()
-	ev.Outcome, ev.Status, ev.Err = OutcomeInFlight, http.StatusConflict, ErrInFlight
-	writeProblem(w, http.StatusConflict, ProblemInFlight,
-		"A request with this Idempotency-Key is still being processed. Retry after the delay in Retry-After.", m.inFlightRetryAfter(r, ev.Scope, ex))
+	ev.Outcome, ev.Status, ev.Err = OutcomeConflict, http.StatusConflict, ErrInFlight
+	writeProblem(w, http.StatusConflict, wire.ProblemInFlight,
+		detailInFlight, m.inFlightRetryAfter(r, ev.Scope, ex))
 }
 
 func (m *Middleware) replay(w http.ResponseWriter, resp *StoredResponse, ev *Event) {
-	m.metrics.replays.Inc()
 	h := w.Header()
 	for k, v := range resp.Header {
 		h[k] = v
 	}
-	h.Set(HeaderReplayed, "true")
+	h.Set(wire.HeaderReplayed, "true")
 	if resp.BodyOmitted {
-		h.Set(HeaderOmitted, "true")
+		h.Set(wire.HeaderOmitted, "true")
 	}
 	if bodyAllowed(resp.Status) {
 		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
@@ -745,28 +387,27 @@ func (m *Middleware) storeFailure(w http.ResponseWriter, r *http.Request, ev *Ev
 		// The client went away (or a server timeout fired) while the store
 		// call waited: not a store failure, and nothing to page anyone for.
 		ev.Outcome, ev.Status = OutcomeCanceled, http.StatusServiceUnavailable
-		writeProblem(w, http.StatusServiceUnavailable, ProblemCanceled,
-			"The request was canceled before it was processed; nothing was applied. Retry with the same Idempotency-Key.", 1)
+		writeProblem(w, http.StatusServiceUnavailable, wire.ProblemCanceled,
+			detailCanceled, 1)
 		m.cfg.Logger.LogAttrs(r.Context(), slog.LevelDebug, "idemkit: request canceled before its claim",
 			scopeAttrs(ev.Scope, slog.String("op", op), slog.Any("error", err))...)
 		return
 	}
 	switch {
 	case errors.Is(err, ErrInFlight):
-		m.metrics.conflicts.Inc()
-		ev.Outcome, ev.Status = OutcomeInFlight, http.StatusConflict
-		writeProblem(w, http.StatusConflict, ProblemInFlight,
-			"A request with this Idempotency-Key is still being processed. Retry after the delay in Retry-After.", 1)
+		ev.Outcome, ev.Status = OutcomeConflict, http.StatusConflict
+		writeProblem(w, http.StatusConflict, wire.ProblemInFlight,
+			detailInFlight, 1)
 		return
 	case errors.Is(err, ErrStoreBusy):
-		m.metrics.storeError(op)
+		ev.StoreErrors = append(ev.StoreErrors, op)
 		ev.Outcome, ev.Status = OutcomeStoreError, http.StatusServiceUnavailable
-		writeProblem(w, http.StatusServiceUnavailable, ProblemStoreBusy,
+		writeProblem(w, http.StatusServiceUnavailable, wire.ProblemStoreBusy,
 			"The idempotency store is busy; the request was not processed. Retry with the same Idempotency-Key.", 1)
 	default:
-		m.metrics.storeError(op)
+		ev.StoreErrors = append(ev.StoreErrors, op)
 		ev.Outcome, ev.Status = OutcomeStoreError, http.StatusServiceUnavailable
-		writeProblem(w, http.StatusServiceUnavailable, ProblemStoreUnavailable,
+		writeProblem(w, http.StatusServiceUnavailable, wire.ProblemStoreUnavailable,
 			"The idempotency store is unavailable; the request was not processed. Retry with the same Idempotency-Key.", 1)
 	}
 	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "idemkit: store error; request not processed",

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -23,6 +22,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/testpg"
+	"github.com/idemkit/idemkit/internal/wire"
+	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/internal/sqlstore"
+	"github.com/idemkit/idemkit/server/pgstore"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // Test names of the two stores and two modes every HTTP test runs against.
@@ -33,7 +37,7 @@ const (
 
 var mwStoreKinds = []string{mwSQLite, mwPostgres}
 
-var mwModes = []Mode{ModeLease, ModeTransactional}
+var mwModes = []server.Mode{server.ModeLease, server.ModeTransactional}
 
 // mwClock is an injected clock: the real time plus an offset tests move.
 type mwClock struct {
@@ -57,7 +61,7 @@ func (c *mwClock) Advance(d time.Duration) {
 // effect rows and for breaking it.
 type mwStore struct {
 	kind  string
-	store Store
+	store server.Store
 	db    *sql.DB       // SQLite
 	path  string        // SQLite file
 	pool  *pgxpool.Pool // PostgreSQL
@@ -72,10 +76,10 @@ func mwNewStore(t testing.TB, kind string) *mwStore {
 	switch kind {
 	case mwSQLite:
 		path := filepath.Join(t.TempDir(), "idem.db")
-		db, err := OpenSQLite(ctx, path)
+		db, err := sqlitestore.Open(ctx, path)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = db.Close() })
-		st, err := NewSQLiteStore(db, nil)
+		st, err := sqlitestore.New(db, nil)
 		require.NoError(t, err)
 		require.NoError(t, st.Migrate(ctx))
 		_, err = db.ExecContext(ctx, mwEffectsTableSQLite)
@@ -94,12 +98,13 @@ func mwNewStore(t testing.TB, kind string) *mwStore {
 }
 
 // mwNewPostgresStore returns a migrated PostgresStore on pool.
-func mwNewPostgresStore(t testing.TB, ctx context.Context, pool *pgxpool.Pool) Store {
+func mwNewPostgresStore(t testing.TB, ctx context.Context, pool *pgxpool.Pool) server.Store {
 	t.Helper()
-	st, err := NewPostgresStore(pool, nil)
+	st, err := pgstore.New(pool, nil)
 	require.NoError(t, err)
 	require.NoError(t, st.Migrate(ctx))
-	return WithCallerClock(st)
+	require.True(t, sqlstore.CallerClock(st))
+	return st
 }
 
 const (
@@ -116,12 +121,12 @@ const (
 // transaction in transactional mode, on the database directly otherwise.
 func (s *mwStore) insertEffect(r *http.Request, body string) error {
 	ctx := r.Context()
-	sc, _ := ScopeFromContext(ctx)
-	if tx, ok := SQLTx(ctx); ok {
+	sc, _ := server.ScopeFromContext(ctx)
+	if tx, ok := sqlitestore.Tx(ctx); ok {
 		_, err := tx.ExecContext(ctx, mwInsertEffectSQLite, sc.Principal, sc.Key, body)
 		return err
 	}
-	if tx, ok := PgxTx(ctx); ok {
+	if tx, ok := pgstore.Tx(ctx); ok {
 		_, err := tx.Exec(ctx, mwInsertEffectPostgres, sc.Principal, sc.Key, body)
 		return err
 	}
@@ -149,8 +154,8 @@ func (s *mwStore) count(t *testing.T, query string) int {
 // real http.ServeMux.
 type mwBundle struct {
 	*mwStore
-	mode  Mode
-	mw    *Middleware
+	mode  server.Mode
+	mw    *server.Middleware
 	srv   *httptest.Server
 	clock *mwClock
 
@@ -159,11 +164,11 @@ type mwBundle struct {
 	release chan struct{}
 
 	mu     sync.Mutex
-	events []Event
+	events []server.Event
 }
 
 // mwSetup builds a bundle; configure, if set, adjusts the config before New.
-func mwSetup(t *testing.T, kind string, mode Mode, configure func(*Config)) *mwBundle {
+func mwSetup(t *testing.T, kind string, mode server.Mode, configure func(*server.Config)) *mwBundle {
 	t.Helper()
 	b := &mwBundle{
 		mwStore: mwNewStore(t, kind),
@@ -172,12 +177,12 @@ func mwSetup(t *testing.T, kind string, mode Mode, configure func(*Config)) *mwB
 		started: make(chan string, 64),
 		release: make(chan struct{}),
 	}
-	cfg := &Config{
+	cfg := &server.Config{
 		PrincipalFunc: mwPrincipal,
 		Mode:          mode,
 		LockTimeout:   300 * time.Millisecond,
 		Logger:        slog.New(slog.NewTextHandler(t.Output(), nil)),
-		OnEventFunc: func(_ *http.Request, e Event) {
+		OnEventFunc: func(_ *http.Request, e server.Event) {
 			b.mu.Lock()
 			defer b.mu.Unlock()
 			b.events = append(b.events, e)
@@ -186,9 +191,9 @@ func mwSetup(t *testing.T, kind string, mode Mode, configure func(*Config)) *mwB
 	if configure != nil {
 		configure(cfg)
 	}
-	mw, err := New(b.store, cfg)
+	mw, err := server.New(b.store, cfg)
 	require.NoError(t, err)
-	mw.timeNowFunc = b.clock.Now
+	server.SetTimeNowFunc(mw, b.clock.Now)
 	b.mw = mw
 
 	mux := http.NewServeMux()
@@ -233,7 +238,7 @@ func mwSetup(t *testing.T, kind string, mode Mode, configure func(*Config)) *mwB
 		}
 	})))
 	mux.Handle("POST /block", mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sc, _ := ScopeFromContext(r.Context())
+		sc, _ := server.ScopeFromContext(r.Context())
 		b.started <- sc.Principal
 		select {
 		case <-b.release:
@@ -269,7 +274,7 @@ func (b *mwBundle) payments(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "effect: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
-	sc, _ := ScopeFromContext(r.Context())
+	sc, _ := server.ScopeFromContext(r.Context())
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Location", fmt.Sprintf("/payments/%d", n))
@@ -279,10 +284,10 @@ func (b *mwBundle) payments(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(map[string]any{"run": n, "principal": sc.Principal, "key": sc.Key, "request": string(body)})
 }
 
-func (b *mwBundle) eventsCopy() []Event {
+func (b *mwBundle) eventsCopy() []server.Event {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return append([]Event(nil), b.events...)
+	return append([]server.Event(nil), b.events...)
 }
 
 // mwResponse is a response read in full.
@@ -308,7 +313,7 @@ func (r *mwResponse) requireProblem(t *testing.T, status int, slug string) map[s
 	t.Helper()
 	require.Equal(t, status, r.Status, "body %s", r.Body)
 	p := r.problem(t)
-	require.Equal(t, ProblemTypeBase+slug, p["type"])
+	require.Equal(t, wire.ProblemTypeBase+slug, p["type"])
 	return p
 }
 
@@ -348,7 +353,7 @@ func (b *mwBundle) send(ctx context.Context, q mwReq) (*mwResponse, error) {
 		req.Header.Set("X-Principal", q.principal)
 	}
 	for _, k := range q.keys {
-		req.Header.Add(HeaderKey, k)
+		req.Header.Add(server.HeaderKey, k)
 	}
 	ct := q.contentType
 	if ct == "" {
@@ -379,7 +384,7 @@ func forEachStore(t *testing.T, f func(t *testing.T, kind string)) {
 }
 
 // forEachStoreAndMode runs f as a parallel subtest per store and mode.
-func forEachStoreAndMode(t *testing.T, f func(t *testing.T, kind string, mode Mode)) {
+func forEachStoreAndMode(t *testing.T, f func(t *testing.T, kind string, mode server.Mode)) {
 	t.Helper()
 	for _, kind := range mwStoreKinds {
 		for _, mode := range mwModes {
@@ -395,54 +400,54 @@ func TestNew_Validate(t *testing.T) {
 	t.Parallel()
 	st := mwNewStore(t, mwSQLite).store
 
-	_, err := New(st, nil)
+	_, err := server.New(st, nil)
 	require.ErrorContains(t, err, "PrincipalFunc")
-	_, err = New(st, &Config{})
+	_, err = server.New(st, &server.Config{})
 	require.ErrorContains(t, err, "PrincipalFunc")
-	_, err = New(nil, &Config{PrincipalFunc: mwPrincipal})
+	_, err = server.New(nil, &server.Config{PrincipalFunc: mwPrincipal})
 	require.ErrorContains(t, err, "store")
-	_, err = New(st, &Config{PrincipalFunc: mwPrincipal, Mode: Mode(7)})
+	_, err = server.New(st, &server.Config{PrincipalFunc: mwPrincipal, Mode: server.Mode(7)})
 	require.ErrorContains(t, err, "Config.Mode")
-	_, err = New(st, &Config{PrincipalFunc: mwPrincipal, LeaseDuration: 48 * time.Hour})
+	_, err = server.New(st, &server.Config{PrincipalFunc: mwPrincipal, LeaseDuration: 48 * time.Hour})
 	require.ErrorContains(t, err, "Config.LeaseDuration")
-	_, err = New(st, &Config{PrincipalFunc: mwPrincipal, ReplayHeaders: []string{"Bad Header"}})
+	_, err = server.New(st, &server.Config{PrincipalFunc: mwPrincipal, ReplayHeaders: []string{"Bad Header"}})
 	require.ErrorContains(t, err, "Config.ReplayHeaders")
 
-	_, err = New(st, &Config{PrincipalFunc: mwPrincipal, Window: -time.Hour})
+	_, err = server.New(st, &server.Config{PrincipalFunc: mwPrincipal, Window: -time.Hour})
 	require.ErrorContains(t, err, "Config.Window")
-	_, err = New(st, &Config{PrincipalFunc: mwPrincipal, LockTimeout: -time.Second})
+	_, err = server.New(st, &server.Config{PrincipalFunc: mwPrincipal, LockTimeout: -time.Second})
 	require.ErrorContains(t, err, "Config.LockTimeout")
-	_, err = New(st, &Config{PrincipalFunc: mwPrincipal, MaxFingerprintBytes: -1, MaxResponseBytes: -1})
+	_, err = server.New(st, &server.Config{PrincipalFunc: mwPrincipal, MaxFingerprintBytes: -1, MaxResponseBytes: -1})
 	require.ErrorContains(t, err, "Config.MaxFingerprintBytes")
 	require.ErrorContains(t, err, "Config.MaxResponseBytes", "every invalid field is named")
 
-	m, err := New(st, &Config{PrincipalFunc: mwPrincipal})
+	m, err := server.New(st, &server.Config{PrincipalFunc: mwPrincipal})
 	require.NoError(t, err)
-	require.Equal(t, ModeLease, m.cfg.Mode)
-	require.Equal(t, WindowDefault, m.cfg.Window)
-	require.Equal(t, LeaseDurationDefault, m.cfg.LeaseDuration)
-	require.Equal(t, LockTimeoutDefault, m.cfg.LockTimeout)
-	require.Equal(t, int64(MaxFingerprintBytesDefault), m.cfg.MaxFingerprintBytes)
-	require.Equal(t, MaxResponseBytesDefault, m.cfg.MaxResponseBytes)
-	require.Equal(t, "86400", m.window)
-	require.False(t, m.replayHeaders["Set-Cookie"])
-	require.True(t, m.replayHeaders["Location"])
+	require.Equal(t, server.ModeLease, server.ConfigOf(m).Mode)
+	require.Equal(t, 24*time.Hour, server.ConfigOf(m).Window)
+	require.Equal(t, 30*time.Second, server.ConfigOf(m).LeaseDuration)
+	require.Equal(t, 3*time.Second, server.ConfigOf(m).LockTimeout)
+	require.Equal(t, int64(1<<20), server.ConfigOf(m).MaxFingerprintBytes)
+	require.Equal(t, 1<<20, server.ConfigOf(m).MaxResponseBytes)
+	require.Equal(t, "86400", server.WindowOf(m))
+	require.False(t, server.ReplayHeadersOf(m)["Set-Cookie"])
+	require.True(t, server.ReplayHeadersOf(m)["Location"])
 
 	// Set-Cookie and Authorization are never stored, even when listed.
-	m, err = New(st, &Config{PrincipalFunc: mwPrincipal, ReplayHeaders: []string{"set-cookie", "authorization", "x-custom"}})
+	m, err = server.New(st, &server.Config{PrincipalFunc: mwPrincipal, ReplayHeaders: []string{"set-cookie", "authorization", "x-custom"}})
 	require.NoError(t, err)
-	require.Equal(t, map[string]bool{"X-Custom": true}, m.replayHeaders)
+	require.Equal(t, map[string]bool{"X-Custom": true}, server.ReplayHeadersOf(m))
 }
 
 func TestConfig_WithDefaults(t *testing.T) {
 	t.Parallel()
-	var nilCfg *Config
+	var nilCfg *server.Config
 	c := nilCfg.WithDefaults()
-	require.Equal(t, WindowDefault, c.Window)
+	require.Equal(t, 24*time.Hour, c.Window)
 	require.NotNil(t, c.Logger)
 	require.Nil(t, c.EndpointFunc, "keys belong to the principal unless the API names operations")
 
-	orig := &Config{Window: time.Hour, ReplayHeaders: []string{"Location"}}
+	orig := &server.Config{Window: time.Hour, ReplayHeaders: []string{"Location"}}
 	c = orig.WithDefaults()
 	require.Equal(t, time.Hour, c.Window)
 	c.ReplayHeaders[0] = "changed"
@@ -450,7 +455,7 @@ func TestConfig_WithDefaults(t *testing.T) {
 	require.Zero(t, orig.LeaseDuration, "WithDefaults must not modify its receiver")
 }
 
-func TestDefaultEndpoint(t *testing.T) {
+func TestLegacyPatternEndpoint(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct{ method, pattern, path, want string }{
 		{"POST", "POST /payments", "/payments", "POST /payments"},
@@ -462,7 +467,7 @@ func TestDefaultEndpoint(t *testing.T) {
 	} {
 		r := httptest.NewRequest(tt.method, tt.path, nil)
 		r.Pattern = tt.pattern
-		require.Equal(t, tt.want, DefaultEndpoint(r), "pattern %q", tt.pattern)
+		require.Equal(t, tt.want, legacyPatternEndpoint(r), "pattern %q", tt.pattern)
 	}
 }
 
@@ -500,8 +505,8 @@ func mwSend(t *testing.T, ch chan<- struct{}) {
 // so that the retry runs the handler.
 func TestMiddleware_EmptyAnswerToGoneClientIsNotStored(t *testing.T) {
 	t.Parallel()
-	forEachStoreAndMode(t, func(t *testing.T, kind string, mode Mode) {
-		b := mwSetup(t, kind, mode, func(c *Config) { c.LeaseDuration = 20 * time.Second })
+	forEachStoreAndMode(t, func(t *testing.T, kind string, mode server.Mode) {
+		b := mwSetup(t, kind, mode, func(c *server.Config) { c.LeaseDuration = 20 * time.Second })
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 
@@ -522,7 +527,7 @@ func TestMiddleware_EmptyAnswerToGoneClientIsNotStored(t *testing.T) {
 		for {
 			if evs := b.eventsCopy(); len(evs) > 0 {
 				require.Len(t, evs, 1)
-				require.NotEqual(t, OutcomeExecuted, evs[0].Outcome, "an empty answer to a gone client must not be stored")
+				require.NotEqual(t, server.OutcomeExecuted, evs[0].Outcome, "an empty answer to a gone client must not be stored")
 				break
 			}
 			require.True(t, time.Now().Before(deadline), "the first request never finished")
@@ -532,18 +537,7 @@ func TestMiddleware_EmptyAnswerToGoneClientIsNotStored(t *testing.T) {
 		close(b.release)
 		res := b.do(t, mwReq{path: "/block", principal: "alice", keys: []string{"k"}, body: mwBody})
 		require.Equal(t, http.StatusCreated, res.Status, "body %s", res.Body)
-		require.Empty(t, res.Header.Get(HeaderReplayed), "the retry must run the handler, not replay an empty 200")
+		require.Empty(t, res.Header.Get(wire.HeaderReplayed), "the retry must run the handler, not replay an empty 200")
 		require.Equal(t, 1, b.count(t, mwCountEffects))
 	})
-}
-
-// A limit of math.MaxInt64 ("no limit") must not overflow into a reader that
-// reads nothing: the fingerprint and the handler would both see an empty body.
-func TestReadBody_MaxInt64IsNoLimit(t *testing.T) {
-	t.Parallel()
-	r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{"amount":4000}`))
-	r.ContentLength = -1
-	body, err := readBody(r, math.MaxInt64)
-	require.NoError(t, err)
-	require.Equal(t, `{"amount":4000}`, string(body))
 }

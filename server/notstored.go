@@ -59,7 +59,7 @@ func (m *Middleware) answeredByLegacyRecord(w http.ResponseWriter, r *http.Reque
 	defer cancel()
 	rec, err := m.store.Get(ctx, legacy, m.now())
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, ErrRecordNotFound):
 		return false
 	case err != nil:
 		m.storeFailure(w, r, ev, "get_legacy", err)

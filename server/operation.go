@@ -8,13 +8,13 @@ import (
 	"unicode/utf8"
 )
 
-// MaxScopePartBytes bounds the principal and the endpoint (operation name)
+// maxScopePartBytes bounds the principal and the endpoint (operation name)
 // of a scope, in bytes.
-const MaxScopePartBytes = 512
+const maxScopePartBytes = 512
 
 // Operation returns h, naming the operation it performs: keys sent to it are
 // scoped to (principal, name, key), independent of the same key on other
-// operations. Without it a key belongs to the principal (EndpointAny), and
+// operations. Without it a key belongs to the principal (endpoint "*"), and
 // the same key on another operation is a 422.
 //
 // Name operations explicitly and keep the names stable (for example
@@ -24,12 +24,13 @@ const MaxScopePartBytes = 512
 // to the handler the middleware wraps, or put it around the middleware:
 //
 //	mux.Handle("POST /v1/orders/{id}/pay", m.Wrap(server.Operation(pay, "orders.pay")))
-//	r.With(server.OperationMiddleware("orders.pay"), m.Wrap).Post("/v1/orders/{id}/pay", pay) // chi
+//	payOp := func(h http.Handler) http.Handler { return server.Operation(h, "orders.pay") }
+//	r.With(payOp, m.Wrap).Post("/v1/orders/{id}/pay", pay) // chi
 //
 // (A middleware installed with chi's r.Use runs before routing; operation
 // names given per route with r.With after it never reach it.)
 //
-// Operation panics if name is empty, "*", longer than MaxScopePartBytes, not
+// Operation panics if name is empty, "*", longer than maxScopePartBytes, not
 // valid UTF-8 or has control characters: it is a programming error, caught
 // at registration like an invalid http.ServeMux pattern.
 func Operation(h http.Handler, name string) http.Handler {
@@ -51,16 +52,6 @@ func LimitBody(h http.Handler, n int64) http.Handler {
 		panic(fmt.Sprintf("idemkit/server: LimitBody: limit must be positive, got %d", n))
 	}
 	return withRouteOptions(h, routeOptions{maxBody: n})
-}
-
-// OperationMiddleware returns a middleware that names the operation of the
-// handlers it wraps (see Operation), for routers that apply middleware per
-// route, such as chi's With. Install it outside the idempotency middleware.
-func OperationMiddleware(name string) func(http.Handler) http.Handler {
-	if err := validOperationName(name); err != nil {
-		panic(fmt.Sprintf("idemkit/server: OperationMiddleware: %v", err))
-	}
-	return func(h http.Handler) http.Handler { return withRouteOptions(h, routeOptions{name: name}) }
 }
 
 // routeOptions are what Operation and LimitBody declare about a route.
@@ -105,22 +96,22 @@ func (o *routeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func validOperationName(name string) error {
-	if name == EndpointAny {
+	if name == endpointAny {
 		return fmt.Errorf("operation name %q is reserved", name)
 	}
 	return validScopePart("operation name", name)
 }
 
 // validScopePart checks a principal or an endpoint before it reaches a
-// store: non-empty, at most MaxScopePartBytes, valid UTF-8 and no control
+// store: non-empty, at most maxScopePartBytes, valid UTF-8 and no control
 // characters (PostgreSQL text cannot hold NUL). It rejects rather than
 // cleans: two distinct principals must never become one scope.
 func validScopePart(what, s string) error {
 	switch {
 	case s == "":
 		return fmt.Errorf("%s is empty", what)
-	case len(s) > MaxScopePartBytes:
-		return fmt.Errorf("%s is longer than %d bytes", what, MaxScopePartBytes)
+	case len(s) > maxScopePartBytes:
+		return fmt.Errorf("%s is longer than %d bytes", what, maxScopePartBytes)
 	case !utf8.ValidString(s):
 		return fmt.Errorf("%s is not valid UTF-8", what)
 	case strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }):

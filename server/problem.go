@@ -4,30 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-)
 
-// ProblemTypeBase is the prefix of every problem type URI; the slug follows
-// it, e.g. ProblemTypeBase + "key-reused". docs/problems.md has one section
-// per slug.
-const ProblemTypeBase = "https://github.com/idemkit/idemkit/blob/main/docs/problems.md#"
-
-// Problem type slugs. The problem type URI is ProblemTypeBase + slug.
-const (
-	ProblemInFlight         = "in-flight"
-	ProblemKeyReused        = "key-reused"
-	ProblemKeyMissing       = "key-missing"
-	ProblemKeyInvalid       = "key-invalid"
-	ProblemBodyTooLarge     = "body-too-large"
-	ProblemBodyUnreadable   = "body-unreadable"
-	ProblemUnauthenticated  = "unauthenticated"
-	ProblemStoreUnavailable = "store-unavailable"
-	ProblemStoreBusy        = "store-busy"
-	ProblemHandlerPanic     = "handler-panic"
-	ProblemCanceled         = "request-canceled"
-	ProblemOutcomeUnknown   = "outcome-unknown"
-	ProblemPrincipalInvalid = "principal-invalid"
-	ProblemEndpointInvalid  = "endpoint-invalid"
-	ProblemQuotaExceeded    = "quota-exceeded"
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // problem is an RFC 9457 problem details object.
@@ -38,28 +16,10 @@ type problem struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// problemTitles are the fixed titles of each slug.
-var problemTitles = map[string]string{
-	ProblemInFlight:         "A request with this Idempotency-Key is still in progress",
-	ProblemKeyReused:        "Idempotency-Key reused with a different request",
-	ProblemKeyMissing:       "Idempotency-Key is missing",
-	ProblemKeyInvalid:       "Idempotency-Key is invalid",
-	ProblemBodyTooLarge:     "Request body too large",
-	ProblemBodyUnreadable:   "Request body could not be read",
-	ProblemUnauthenticated:  "Unauthenticated",
-	ProblemStoreUnavailable: "Idempotency store unavailable",
-	ProblemStoreBusy:        "Idempotency store busy",
-	ProblemHandlerPanic:     "Internal server error",
-	ProblemCanceled:         "Request canceled before it was processed",
-	ProblemOutcomeUnknown:   "Outcome unknown",
-	ProblemPrincipalInvalid: "Principal cannot scope an Idempotency-Key",
-	ProblemEndpointInvalid:  "Operation name cannot scope an Idempotency-Key",
-	ProblemQuotaExceeded:    "Idempotency quota exceeded",
-}
-
-// writeProblem answers with an application/problem+json body. retryAfter, if
-// positive, is sent as Retry-After in seconds. detail must never carry
-// anything about another principal's records.
+// writeProblem answers with an application/problem+json body of the
+// problem type slug (see wire.ProblemType). retryAfter, if positive, is sent
+// as Retry-After in seconds. detail must never carry anything about another
+// principal's records.
 func writeProblem(w http.ResponseWriter, status int, slug, detail string, retryAfter int) {
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
@@ -69,8 +29,8 @@ func writeProblem(w http.ResponseWriter, status int, slug, detail string, retryA
 		h.Set("Retry-After", strconv.Itoa(retryAfter))
 	}
 	body, _ := json.Marshal(problem{
-		Type:   ProblemTypeBase + slug,
-		Title:  problemTitles[slug],
+		Type:   wire.ProblemType(slug),
+		Title:  wire.ProblemTitle(slug),
 		Status: status,
 		Detail: detail,
 	})

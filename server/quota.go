@@ -7,6 +7,8 @@ import (
 	"math"
 	"net/http"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // PrincipalUsage is what one principal holds in a store: its live records
@@ -19,22 +21,21 @@ type PrincipalUsage struct {
 	OldestExpiresAt time.Time
 }
 
-// UsageReporter is implemented by stores that can report a principal's
-// usage, which the per-principal quotas (Config.MaxKeysPerPrincipal,
-// Config.MaxStoredBytesPerPrincipal) need. PostgresStore and SQLiteStore
-// implement it.
-type UsageReporter interface {
+// usageReporter is what the per-principal quotas (Config.MaxKeysPerPrincipal,
+// Config.MaxStoredBytesPerPrincipal) need of a store besides Store: the
+// usage of a principal. pgstore.Store and sqlitestore.Store implement it.
+type usageReporter interface {
 	// PrincipalUsage returns the usage of principal at now. It reads the
 	// principal's rows (an index range scan): its cost grows with the
 	// quota.
 	PrincipalUsage(ctx context.Context, principal string, now time.Time) (PrincipalUsage, error)
 }
 
-// ErrQuotaExceeded means a principal holds as many live keys, or stored
+// errQuotaExceeded means a principal holds as many live keys, or stored
 // response bytes, as its quota allows; a new key is refused before anything
 // is stored. HTTP: 429 quota-exceeded + Retry-After (until its oldest
 // record expires). Retries of keys it already holds still replay.
-var ErrQuotaExceeded = errors.New("idemkit/server: per-principal idempotency quota exceeded")
+var errQuotaExceeded = errors.New("idemkit/server: per-principal idempotency quota exceeded")
 
 func (m *Middleware) quotasOn() bool {
 	return m.cfg.MaxKeysPerPrincipal > 0 || m.cfg.MaxStoredBytesPerPrincipal > 0
@@ -53,7 +54,7 @@ func (m *Middleware) answeredByQuota(w http.ResponseWriter, r *http.Request, sco
 	case err == nil:
 		m.answerExisting(w, r, rec, fp, version, ev)
 		return true
-	case !errors.Is(err, ErrNotFound):
+	case !errors.Is(err, ErrRecordNotFound):
 		m.storeFailure(w, r, ev, "get", err)
 		return true
 	}
@@ -71,10 +72,10 @@ func (m *Middleware) answeredByQuota(w http.ResponseWriter, r *http.Request, sco
 	if !usage.OldestExpiresAt.IsZero() {
 		retry = max(int(math.Ceil(min(usage.OldestExpiresAt.Sub(now), m.cfg.Window).Seconds())), 1)
 	}
-	m.metrics.storeError("quota")
+	ev.StoreErrors = append(ev.StoreErrors, "quota")
 	ev.Outcome, ev.Status = OutcomeRejected, http.StatusTooManyRequests
-	ev.Err = fmt.Errorf("%w: %d live keys, %d stored bytes", ErrQuotaExceeded, usage.Keys, usage.StoredBytes)
-	writeProblem(w, http.StatusTooManyRequests, ProblemQuotaExceeded,
+	ev.Err = fmt.Errorf("%w: %d live keys, %d stored bytes", errQuotaExceeded, usage.Keys, usage.StoredBytes)
+	writeProblem(w, http.StatusTooManyRequests, wire.ProblemQuotaExceeded,
 		"This account holds as many idempotency keys or stored responses as the server keeps for it. Retries of keys already used still replay; new keys are accepted again after Retry-After.", retry)
 	return true
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 func TestRecorder_BuffersUntilSent(t *testing.T) {
@@ -31,11 +33,11 @@ func TestRecorder_BuffersUntilSent(t *testing.T) {
 	require.Empty(t, h.Get("X-Late"))
 	require.Equal(t, "text/html; charset=utf-8", h.Get("Content-Type"), "sniffed like net/http, so it is stored")
 
-	rec.send(http.Header{HeaderReplayed: {"true"}})
+	rec.send(http.Header{wire.HeaderReplayed: {"true"}})
 	require.Equal(t, http.StatusAccepted, w.Code)
 	require.Equal(t, "<html>hello", w.Body.String())
 	require.Equal(t, "11", w.Header().Get("Content-Length"))
-	require.Equal(t, "true", w.Header().Get(HeaderReplayed))
+	require.Equal(t, "true", w.Header().Get(wire.HeaderReplayed))
 }
 
 func TestRecorder_NoWriteIs200(t *testing.T) {

@@ -14,24 +14,26 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // routerRig is one SQLite store shared by several deployments of an API:
 // a deploy that renames route parameters or moves the middleware must keep
 // replaying keys still inside their window.
 type routerRig struct {
-	store *server.SQLiteStore
+	store *sqlitestore.Store
 	runs  atomic.Int64
 }
 
 func newRouterRig(t *testing.T) *routerRig {
 	t.Helper()
 	ctx := context.Background()
-	db, err := server.OpenSQLite(ctx, filepath.Join(t.TempDir(), "idem.db"))
+	db, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
-	st, err := server.NewSQLiteStore(db, nil)
+	st, err := sqlitestore.New(db, nil)
 	require.NoError(t, err)
 	require.NoError(t, st.Migrate(ctx))
 	return &routerRig{store: st}
@@ -94,7 +96,7 @@ func TestRouters_ChiRenamedRouteReplays(t *testing.T) {
 	require.Equal(t, http.StatusCreated, first.status)
 	again := send(t, after, "/v1/orders/42/pay", "k-pay")
 	require.Equal(t, http.StatusCreated, again.status)
-	require.Equal(t, "true", again.header.Get(server.HeaderReplayed), "a renamed route replays")
+	require.Equal(t, "true", again.header.Get(wire.HeaderReplayed), "a renamed route replays")
 	require.Equal(t, first.body, again.body)
 
 	other := send(t, after, "/v1/orders/42/refund", "k-pay")
@@ -107,7 +109,7 @@ func TestRouters_ChiRenamedRouteReplays(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, miss.status)
 	hit := send(t, before, "/v1/orders/42/pay", "k-miss")
 	require.Equal(t, http.StatusCreated, hit.status, "body %s", hit.body)
-	require.Empty(t, hit.header.Get(server.HeaderReplayed))
+	require.Empty(t, hit.header.Get(wire.HeaderReplayed))
 	require.EqualValues(t, 2, rr.runs.Load())
 }
 
@@ -120,17 +122,17 @@ func TestRouters_ChiOperationNames(t *testing.T) {
 	// The name must be known before the middleware claims: it goes
 	// outside mw.Wrap (r.With), or around the handler mw.Wrap wraps.
 	before := chi.NewRouter()
-	before.With(server.OperationMiddleware("orders.pay"), mw.Wrap).Post("/v1/orders/{id}/pay", rr.charge)
-	before.With(server.OperationMiddleware("orders.refund"), mw.Wrap).Post("/v1/orders/{id}/refund", rr.charge)
+	before.With(operation("orders.pay"), mw.Wrap).Post("/v1/orders/{id}/pay", rr.charge)
+	before.With(operation("orders.refund"), mw.Wrap).Post("/v1/orders/{id}/refund", rr.charge)
 	after := chi.NewRouter()
 	after.With(mw.Wrap).Method(http.MethodPost, "/v1/orders/{orderID}/pay", server.Operation(http.HandlerFunc(rr.charge), "orders.pay"))
 
 	require.Equal(t, http.StatusCreated, send(t, before, "/v1/orders/42/pay", "k").status)
 	again := send(t, after, "/v1/orders/42/pay", "k")
-	require.Equal(t, "true", again.header.Get(server.HeaderReplayed))
+	require.Equal(t, "true", again.header.Get(wire.HeaderReplayed))
 	refund := send(t, before, "/v1/orders/42/refund", "k")
 	require.Equal(t, http.StatusCreated, refund.status, "another named operation is independent")
-	require.Empty(t, refund.header.Get(server.HeaderReplayed))
+	require.Empty(t, refund.header.Get(wire.HeaderReplayed))
 	require.EqualValues(t, 2, rr.runs.Load())
 }
 
@@ -153,7 +155,7 @@ func TestRouters_ServeMuxRenamedRouteReplays(t *testing.T) {
 
 	require.Equal(t, http.StatusCreated, send(t, wrappedMux, "/v1/orders/7/pay", "k").status)
 	again := send(t, after, "/v1/orders/7/pay", "k")
-	require.Equal(t, "true", again.header.Get(server.HeaderReplayed))
+	require.Equal(t, "true", again.header.Get(wire.HeaderReplayed))
 	require.Equal(t, http.StatusUnprocessableEntity, send(t, after, "/v1/orders/7/refund", "k").status)
 
 	require.Equal(t, http.StatusNotFound, send(t, wrappedMux, "/nowhere", "k2").status)
@@ -174,9 +176,9 @@ func TestRouters_LegacyEndpointRecordsReplayAfterUpgrade(t *testing.T) {
 	t.Parallel()
 	rr := newRouterRig(t)
 	principal := func(r *http.Request) (string, error) { return r.Header.Get("X-Principal"), nil }
-	oldMW, err := server.New(rr.store, &server.Config{PrincipalFunc: principal, EndpointFunc: server.DefaultEndpoint})
+	oldMW, err := server.New(rr.store, &server.Config{PrincipalFunc: principal, EndpointFunc: legacyPatternEndpoint})
 	require.NoError(t, err)
-	newMW, err := server.New(rr.store, &server.Config{PrincipalFunc: principal, LegacyEndpointFunc: server.DefaultEndpoint})
+	newMW, err := server.New(rr.store, &server.Config{PrincipalFunc: principal, LegacyEndpointFunc: legacyPatternEndpoint})
 	require.NoError(t, err)
 	route := func(mw *server.Middleware) http.Handler {
 		mux := http.NewServeMux()
@@ -187,9 +189,35 @@ func TestRouters_LegacyEndpointRecordsReplayAfterUpgrade(t *testing.T) {
 	require.Equal(t, http.StatusCreated, first.status)
 	again := send(t, route(newMW), "/v1/orders/9/pay", "k-old")
 	require.Equal(t, http.StatusCreated, again.status)
-	require.Equal(t, "true", again.header.Get(server.HeaderReplayed), "the old-scope record answers")
+	require.Equal(t, "true", again.header.Get(wire.HeaderReplayed), "the old-scope record answers")
 	require.EqualValues(t, 1, rr.runs.Load())
 	// New keys get the new scope.
 	require.Equal(t, http.StatusCreated, send(t, route(newMW), "/v1/orders/9/pay", "k-new").status)
 	require.EqualValues(t, 2, rr.runs.Load())
+}
+
+// legacyPatternEndpoint returns r.Method, a space and the route pattern that
+// http.ServeMux matched (r.Pattern without its method and host parts), or
+// r.URL.Path when there is no pattern: the endpoint scope of records written
+// by idemkit before keys became principal-wide by default.
+// (idemkit's default before keys became principal-wide), as the README
+// shows it for Config.LegacyEndpointFunc.
+func legacyPatternEndpoint(r *http.Request) string {
+	p := r.Pattern
+	if p == "" {
+		return r.Method + " " + r.URL.Path
+	}
+	if i := strings.IndexAny(p, " \t"); i >= 0 {
+		p = strings.TrimLeft(p[i:], " \t")
+	}
+	if i := strings.IndexByte(p, '/'); i > 0 {
+		p = p[i:] // drop the host
+	}
+	return r.Method + " " + p
+}
+
+// operation returns a chi middleware that names the operation of the
+// handlers it wraps (see server.Operation).
+func operation(name string) func(http.Handler) http.Handler {
+	return func(h http.Handler) http.Handler { return server.Operation(h, name) }
 }

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"net/http"
@@ -9,14 +9,17 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/wire"
+	"github.com/idemkit/idemkit/server"
 )
 
 // scopeRig serves one route whose principal and operation name come from
 // percent-encoded headers, so a test can send any bytes.
-func scopeRig(t *testing.T, kind string, mode Mode) (*mwStore, *httptest.Server, *atomic.Int64) {
+func scopeRig(t *testing.T, kind string, mode server.Mode) (*mwStore, *httptest.Server, *atomic.Int64) {
 	t.Helper()
 	s := mwNewStore(t, kind)
-	mw, err := New(s.store, &Config{
+	mw, err := server.New(s.store, &server.Config{
 		Mode: mode,
 		PrincipalFunc: func(r *http.Request) (string, error) {
 			return url.QueryUnescape(r.Header.Get("X-Principal"))
@@ -39,7 +42,7 @@ func scopeRig(t *testing.T, kind string, mode Mode) (*mwStore, *httptest.Server,
 func postScoped(t *testing.T, srv *httptest.Server, principal, operation string) *mwResponse {
 	t.Helper()
 	return mwPost(t, srv, "/x", map[string]string{
-		"X-Principal": url.QueryEscape(principal), "X-Operation": url.QueryEscape(operation), HeaderKey: "k",
+		"X-Principal": url.QueryEscape(principal), "X-Operation": url.QueryEscape(operation), server.HeaderKey: "k",
 	}, "{}")
 }
 
@@ -49,28 +52,27 @@ func postScoped(t *testing.T, srv *httptest.Server, principal, operation string)
 // handler run.
 func TestScope_InvalidPrincipalOrEndpointRejectedBeforeStore(t *testing.T) {
 	t.Parallel()
-	forEachStoreAndMode(t, func(t *testing.T, kind string, mode Mode) {
+	forEachStoreAndMode(t, func(t *testing.T, kind string, mode server.Mode) {
 		s, srv, runs := scopeRig(t, kind, mode)
-		long := strings.Repeat("p", MaxScopePartBytes+1)
+		long := strings.Repeat("p", server.MaxScopePartBytesForTest+1)
 		for _, bad := range []string{"acct\x00evil", "acct\xff", long, "acct\x1b"} {
-			postScoped(t, srv, bad, "").requireProblem(t, http.StatusUnauthorized, ProblemPrincipalInvalid)
-			postScoped(t, srv, "acct_1", bad).requireProblem(t, http.StatusBadRequest, ProblemEndpointInvalid)
+			postScoped(t, srv, bad, "").requireProblem(t, http.StatusUnauthorized, wire.ProblemPrincipalInvalid)
+			postScoped(t, srv, "acct_1", bad).requireProblem(t, http.StatusBadRequest, wire.ProblemEndpointInvalid)
 		}
 		require.Zero(t, runs.Load())
 		require.Zero(t, s.count(t, mwCountRecords))
 
 		// The bound is inclusive, and distinct principals stay distinct.
-		require.Equal(t, http.StatusCreated, postScoped(t, srv, long[:MaxScopePartBytes], "").Status)
-		require.Equal(t, http.StatusCreated, postScoped(t, srv, long[:MaxScopePartBytes-1], "").Status)
+		require.Equal(t, http.StatusCreated, postScoped(t, srv, long[:server.MaxScopePartBytesForTest], "").Status)
+		require.Equal(t, http.StatusCreated, postScoped(t, srv, long[:server.MaxScopePartBytesForTest-1], "").Status)
 		require.EqualValues(t, 2, runs.Load())
 	})
 }
 
 func TestOperation_InvalidNamePanics(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"", EndpointAny, "a\x00b", "\xff"} {
-		require.Panics(t, func() { Operation(http.NotFoundHandler(), name) }, "name %q", name)
-		require.Panics(t, func() { OperationMiddleware(name) }, "name %q", name)
+	for _, name := range []string{"", "*", "a\x00b", "\xff"} {
+		require.Panics(t, func() { server.Operation(http.NotFoundHandler(), name) }, "name %q", name)
 	}
 }
 
@@ -79,7 +81,7 @@ func TestOperation_InvalidNamePanics(t *testing.T) {
 // the handler again instead of replaying the refusal.
 func TestOutcome_NotStoredResponsesFreeTheKey(t *testing.T) {
 	t.Parallel()
-	forEachStoreAndMode(t, func(t *testing.T, kind string, mode Mode) {
+	forEachStoreAndMode(t, func(t *testing.T, kind string, mode server.Mode) {
 		b := mwSetup(t, kind, mode, nil)
 		var runs atomic.Int64
 		first := []func(w http.ResponseWriter, r *http.Request){
@@ -89,7 +91,7 @@ func TestOutcome_NotStoredResponsesFreeTheKey(t *testing.T) {
 			func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTooEarly) },
 			func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) },
 			func(w http.ResponseWriter, r *http.Request) {
-				MarkNotStored(r.Context())
+				server.MarkNotStored(r.Context())
 				http.Error(w, "amount is required", http.StatusBadRequest)
 			},
 		}
@@ -111,7 +113,7 @@ func TestOutcome_NotStoredResponsesFreeTheKey(t *testing.T) {
 			key := "k" + string(rune('a'+i))
 			res := b.do(t, mwReq{principal: "alice", keys: []string{key}, body: mwBody})
 			require.NotEqual(t, http.StatusCreated, res.Status)
-			require.Empty(t, res.Header.Get(HeaderReplayed))
+			require.Empty(t, res.Header.Get(wire.HeaderReplayed))
 			res = b.do(t, mwReq{principal: "alice", keys: []string{key}, body: mwBody})
 			require.Equal(t, http.StatusCreated, res.Status, "case %d: the retry runs the handler", i)
 		}
@@ -119,7 +121,7 @@ func TestOutcome_NotStoredResponsesFreeTheKey(t *testing.T) {
 		require.Equal(t, len(first), b.count(t, mwCountRecords), "only the 201s are stored")
 		var notStored int
 		for _, e := range b.eventsCopy() {
-			if e.Outcome == OutcomeNotStored {
+			if e.Outcome == server.OutcomeReleased && e.Status < 500 {
 				notStored++
 			}
 		}

@@ -23,7 +23,7 @@ const (
 )
 
 // Scope identifies one record: who sent the key, to which operation, and the
-// key itself. Principal is mandatory. Endpoint is EndpointAny by default (a
+// key itself. Principal is mandatory. Endpoint is "*" by default (a
 // key belongs to the principal), or the operation name a route gives with
 // Operation or Config.EndpointFunc.
 type Scope struct {
@@ -51,9 +51,9 @@ func (s Scope) DownstreamKey() string {
 	return "idk_" + base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:24])
 }
 
-// EndpointAny is the Endpoint of a Scope whose route names no operation:
+// endpointAny is the Endpoint of a Scope whose route names no operation:
 // the key belongs to the principal, whatever route it is sent to.
-const EndpointAny = "*"
+const endpointAny = "*"
 
 // StoredResponse is what a replay sends: the status, the allowlisted headers
 // and the body, byte for byte.
@@ -89,9 +89,9 @@ type ClaimRequest struct {
 	Scope
 	Fingerprint        []byte
 	FingerprintVersion int
-	// Now is the time of the claim. SQLiteStore, a single-host store whose
+	// Now is the time of the claim. sqlitestore.Store, a single-host store whose
 	// processes all read one clock, compares it with expires_at and
-	// locked_until. PostgresStore, shared by replicas whose clocks may
+	// locked_until. pgstore.Store, shared by replicas whose clocks may
 	// disagree, uses the database's clock_timestamp() instead and takes
 	// from Now only the distances to LockedUntil (the lease) and ExpiresAt
 	// (the window).
@@ -119,14 +119,14 @@ type ClaimResult struct {
 	Existing *Record
 }
 
-// Store is where idempotency records live. PostgresStore and SQLiteStore
+// Store is where idempotency records live. pgstore.Store and sqlitestore.Store
 // implement it; the conformance suite in package storetest checks any other
 // implementation against the same contract.
 //
 // Every method takes the caller's time explicitly; a record whose ExpiresAt
 // is not after now is treated as absent by every method. A store shared by
 // several hosts should decide by one clock, its own, rather than the
-// callers' (PostgresStore does): the caller's now then only anchors
+// callers' (pgstore.Store does): the caller's now then only anchors
 // durations.
 type Store interface {
 	// Claim claims req.Scope in one atomic statement (insert, or overwrite an
@@ -140,10 +140,10 @@ type Store interface {
 	// the handler again. It returns ErrLeaseLost if the token is not current.
 	Release(ctx context.Context, s Scope, token int64) error
 	// ExtendLease sets locked_until of an in-progress claim held with token
-	// to now plus lease (PostgresStore: the database's clock plus lease).
+	// to now plus lease (pgstore.Store: the database's clock plus lease).
 	// It returns ErrLeaseLost if the token is not current.
 	ExtendLease(ctx context.Context, s Scope, token int64, now time.Time, lease time.Duration) error
-	// Get returns the live record for s, or ErrNotFound.
+	// Get returns the live record for s, or ErrRecordNotFound.
 	Get(ctx context.Context, s Scope, now time.Time) (*Record, error)
 	// BeginTx starts a transaction for transactional mode. A wait longer than
 	// lockTimeout on a concurrent, uncommitted claim of the same scope makes
@@ -160,13 +160,14 @@ type StoreTx interface {
 	// Claim is Store.Claim inside the transaction; nothing is committed.
 	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 	// Complete is Store.Complete inside the transaction. A store may send it
-	// with the COMMIT (PostgresStore does, saving a round trip): Commit then
+	// with the COMMIT (pgstore.Store does, saving a round trip): Commit then
 	// returns its error, ErrLeaseLost included, having rolled back.
 	Complete(ctx context.Context, s Scope, token int64, now time.Time, resp *StoredResponse) error
 	Commit(ctx context.Context) error
 	// Rollback aborts the transaction. It is safe to call after Commit.
 	Rollback(ctx context.Context) error
 	// Handle is the driver transaction the handler writes its effect on: a
-	// pgx.Tx for PostgresStore, a *sql.Tx for SQLiteStore.
+	// pgx.Tx for pgstore.Store, a *sql.Tx for sqlitestore.Store; handlers
+	// reach it with the driver package's Tx(ctx), or TxHandle.
 	Handle() any
 }

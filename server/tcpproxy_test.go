@@ -1,9 +1,8 @@
-package server
+package server_test
 
 import (
 	"bytes"
 	"context"
-
 	"net"
 	"net/url"
 	"sync"

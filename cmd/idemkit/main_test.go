@@ -24,6 +24,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 func TestMain(m *testing.M) {
@@ -75,10 +76,10 @@ type api struct {
 func newAPI(t *testing.T) *api {
 	t.Helper()
 	ctx := testCtx(t)
-	db, err := server.OpenSQLite(ctx, filepath.Join(t.TempDir(), "server.db"))
+	db, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "server.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	st, err := server.NewSQLiteStore(db, nil)
+	st, err := sqlitestore.New(db, nil)
 	require.NoError(t, err)
 	require.NoError(t, st.Migrate(ctx))
 	a := &api{}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/server"
 )
 
 // paymentBody is the request both clients send: 40.00 USD.
@@ -244,7 +243,7 @@ func (t *tracingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // describeResponse is the response event of a client.
 func describeResponse(key string, resp *http.Response, body []byte) event {
 	ev := event{Kind: evResponse, Key: key, Status: resp.StatusCode,
-		Replayed: resp.Header.Get(server.HeaderReplayed) == "true"}
+		Replayed: resp.Header.Get("Idempotent-Replayed") == "true"}
 	var p struct {
 		ID   string `json:"id"`
 		Type string `json:"type"`

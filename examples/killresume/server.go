@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/internal/paymentsapi"
-	"github.com/idemkit/idemkit/server"
 )
 
 // serverLockTimeout is the server's paymentsapi.Config.LockTimeout: short,
@@ -101,7 +100,7 @@ func traceAnswers(next http.Handler, em *emitter) http.Handler {
 			status = http.StatusOK
 		}
 		ev := event{Kind: evAnswered, Key: r.Header.Get("Idempotency-Key"), Status: status,
-			Replayed: rec.Header().Get(server.HeaderReplayed) == "true"}
+			Replayed: rec.Header().Get("Idempotent-Replayed") == "true"}
 		var p paymentsapi.Payment
 		if status == http.StatusCreated && json.Unmarshal(rec.body.Bytes(), &p) == nil {
 			ev.Payment, ev.Account = p.ID, p.Account
@@ -117,7 +116,7 @@ func traceAnswers(next http.Handler, em *emitter) http.Handler {
 			ev.Text = fmt.Sprintf("POST key %s: %d, payment %s committed%s", ev.Key, status, ev.Payment, gone)
 		case status == http.StatusConflict:
 			ev.Text = fmt.Sprintf("POST key %s: 409 in-flight (Retry-After: %s), a request with this key is still running", ev.Key, rec.Header().Get("Retry-After"))
-		case status == http.StatusServiceUnavailable && problemSlug(problemType(rec.body.Bytes())) == server.ProblemStoreBusy:
+		case status == http.StatusServiceUnavailable && problemSlug(problemType(rec.body.Bytes())) == "store-busy":
 			ev.Text = fmt.Sprintf("POST key %s: 503 store-busy, another payment's transaction holds the database's write lock (SQLite has one writer)", ev.Key)
 		default:
 			ev.Text = fmt.Sprintf("POST key %s: %d %s %s", ev.Key, status, http.StatusText(status), problemSlug(problemType(rec.body.Bytes())))

@@ -20,7 +20,7 @@ import (
 
 	"github.com/idemkit/idemkit/internal/paymentsapi"
 	"github.com/idemkit/idemkit/internal/testpg"
-	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // buildBinary builds this command into a temporary directory.
@@ -141,14 +141,14 @@ func TestBinary(t *testing.T) {
 			first := startBinary(t, bin, args...)
 			resp, body := first.pay(t, "alice", "key-1", usd40)
 			require.Equal(t, http.StatusCreated, resp.StatusCode, "body: %s", body)
-			require.Equal(t, "3600", resp.Header.Get(server.HeaderWindow))
+			require.Equal(t, "3600", resp.Header.Get(wire.HeaderWindow))
 			first.stop(t)
 			require.Contains(t, first.stderr.String(), "outcome=executed")
 
 			second := startBinary(t, bin, args...)
 			again, againBody := second.pay(t, "alice", "key-1", usd40)
 			require.Equal(t, http.StatusCreated, again.StatusCode)
-			require.Equal(t, "true", again.Header.Get(server.HeaderReplayed))
+			require.Equal(t, "true", again.Header.Get(wire.HeaderReplayed))
 			require.Equal(t, body, againBody, "the restarted server replays the stored response")
 			second.stop(t)
 		})

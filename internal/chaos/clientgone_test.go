@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/prommetrics"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // TestHostile_ClientGoneIsNotAStoreError: a client that disconnects while
@@ -31,13 +33,15 @@ func TestHostile_ClientGoneIsNotAStoreError(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
 			ctx := deadline(t, 30*time.Second)
-			db, err := server.OpenSQLite(ctx, filepath.Join(t.TempDir(), "idem.db"))
+			db, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = db.Close() })
-			st, err := server.NewSQLiteStore(db, nil)
+			st, err := sqlitestore.New(db, nil)
 			require.NoError(t, err)
 			require.NoError(t, st.Migrate(ctx))
 			reg := prometheus.NewRegistry()
+			met, err := prommetrics.New(reg)
+			require.NoError(t, err)
 			var (
 				mu     sync.Mutex
 				events []server.Event
@@ -45,8 +49,8 @@ func TestHostile_ClientGoneIsNotAStoreError(t *testing.T) {
 			mw, err := server.New(st, &server.Config{
 				PrincipalFunc: bearerPrincipal,
 				Mode:          mode,
-				Registerer:    reg,
-				OnEventFunc: func(_ *http.Request, e server.Event) {
+				OnEventFunc: func(r *http.Request, e server.Event) {
+					met.Observe(r, e)
 					mu.Lock()
 					events = append(events, e)
 					mu.Unlock()

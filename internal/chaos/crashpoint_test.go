@@ -22,6 +22,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testpg"
+	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
 )
 
@@ -53,7 +54,7 @@ type reply struct {
 	body   []byte
 }
 
-func (r reply) replayed() bool { return r.header.Get(server.HeaderReplayed) == "true" }
+func (r reply) replayed() bool { return r.header.Get(wire.HeaderReplayed) == "true" }
 
 // post sends one keyed POST as principal and reads the whole answer.
 func post(ctx context.Context, url, principal, key, contentType string, body []byte) (reply, error) {
@@ -94,7 +95,7 @@ func postUntilDone(ctx context.Context, t *testing.T, url, principal, key string
 		}
 		saw409 = true
 		require.Equal(t, "application/problem+json", r.header.Get("Content-Type"))
-		require.Contains(t, string(r.body), server.ProblemTypeBase+server.ProblemInFlight)
+		require.Contains(t, string(r.body), wire.ProblemTypeBase+wire.ProblemInFlight)
 		ra, err := strconv.Atoi(r.header.Get("Retry-After"))
 		require.NoError(t, err, "a 409 carries Retry-After in seconds")
 		require.GreaterOrEqual(t, ra, 1)
@@ -172,7 +173,7 @@ func TestCrashPoint_AfterClaimBeforeEffect(t *testing.T) {
 			other, err := post(ctx, url+"/effects", "alice", key, "application/json", []byte(`{"n":"other"}`))
 			require.NoError(t, err)
 			require.Equal(t, http.StatusUnprocessableEntity, other.status, "body: %s", other.body)
-			require.Contains(t, string(other.body), server.ProblemTypeBase+server.ProblemKeyReused)
+			require.Contains(t, string(other.body), wire.ProblemTypeBase+wire.ProblemKeyReused)
 
 			r, saw409 := postUntilDone(ctx, t, url+"/effects", "alice", key, []byte(body))
 			t.Logf("409 while the dead claim's lease ran: %v", saw409)
@@ -259,7 +260,7 @@ func TestCrashPoint_AfterEffectBeforeResponse(t *testing.T) {
 		r, _ := postUntilDone(ctx, t, url+"/effects", "alice", key, []byte(body))
 		require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
 
-		want := downstreamKey(server.Scope{Principal: "alice", Endpoint: server.EndpointAny, Key: key})
+		want := downstreamKey(server.Scope{Principal: "alice", Endpoint: "*", Key: key})
 		calls, effects := ds.stats()
 		require.Equal(t, []string{want, want}, calls, "the takeover called downstream again, with the same forwarded key")
 		require.Equal(t, 1, effects, "the idempotent downstream kept exactly one effect")

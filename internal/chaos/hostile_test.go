@@ -24,7 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 const validPayment = `{"amount":4000,"currency":"USD","description":"hostile"}`
@@ -86,7 +86,7 @@ func requireProblem(t *testing.T, r reply, status int, slug string) {
 		Status int    `json:"status"`
 	}
 	require.NoError(t, json.Unmarshal(r.body, &p), "body: %s", r.body)
-	require.Equal(t, server.ProblemTypeBase+slug, p.Type)
+	require.Equal(t, wire.ProblemTypeBase+slug, p.Type)
 	require.Equal(t, status, p.Status)
 }
 
@@ -114,19 +114,19 @@ func TestHostile_Keys(t *testing.T) {
 		lines string // the key header lines, each ending in \r\n
 		slug  string
 	}{
-		{"256 bytes", "Idempotency-Key: " + strings.Repeat("k", 256) + "\r\n", server.ProblemKeyInvalid},
-		{"4 KiB", "Idempotency-Key: " + strings.Repeat("k", 4096) + "\r\n", server.ProblemKeyInvalid},
-		{"quoted 256 bytes", `Idempotency-Key: "` + strings.Repeat("q", 256) + "\"\r\n", server.ProblemKeyInvalid},
-		{"tab inside", "Idempotency-Key: ab\tcd\r\n", server.ProblemKeyInvalid},
-		{"control byte", "Idempotency-Key: ab\x01cd\r\n", server.ProblemKeyInvalid},
-		{"DEL", "Idempotency-Key: ab\x7fcd\r\n", server.ProblemKeyInvalid},
-		{"invalid UTF-8", "Idempotency-Key: ab\xff\xfecd\r\n", server.ProblemKeyInvalid},
-		{"truncated UTF-8", "Idempotency-Key: ab\xe2\x82\r\n", server.ProblemKeyInvalid},
-		{"repeated header", "Idempotency-Key: one\r\nIdempotency-Key: two\r\n", server.ProblemKeyInvalid},
-		{"repeated same value", "Idempotency-Key: one\r\nIdempotency-Key: one\r\n", server.ProblemKeyInvalid},
-		{"empty quoted", "Idempotency-Key: \"\"\r\n", server.ProblemKeyInvalid},
-		{"unterminated quote", "Idempotency-Key: \"abc\r\n", server.ProblemKeyInvalid},
-		{"missing", "", server.ProblemKeyMissing},
+		{"256 bytes", "Idempotency-Key: " + strings.Repeat("k", 256) + "\r\n", wire.ProblemKeyInvalid},
+		{"4 KiB", "Idempotency-Key: " + strings.Repeat("k", 4096) + "\r\n", wire.ProblemKeyInvalid},
+		{"quoted 256 bytes", `Idempotency-Key: "` + strings.Repeat("q", 256) + "\"\r\n", wire.ProblemKeyInvalid},
+		{"tab inside", "Idempotency-Key: ab\tcd\r\n", wire.ProblemKeyInvalid},
+		{"control byte", "Idempotency-Key: ab\x01cd\r\n", wire.ProblemKeyInvalid},
+		{"DEL", "Idempotency-Key: ab\x7fcd\r\n", wire.ProblemKeyInvalid},
+		{"invalid UTF-8", "Idempotency-Key: ab\xff\xfecd\r\n", wire.ProblemKeyInvalid},
+		{"truncated UTF-8", "Idempotency-Key: ab\xe2\x82\r\n", wire.ProblemKeyInvalid},
+		{"repeated header", "Idempotency-Key: one\r\nIdempotency-Key: two\r\n", wire.ProblemKeyInvalid},
+		{"repeated same value", "Idempotency-Key: one\r\nIdempotency-Key: one\r\n", wire.ProblemKeyInvalid},
+		{"empty quoted", "Idempotency-Key: \"\"\r\n", wire.ProblemKeyInvalid},
+		{"unterminated quote", "Idempotency-Key: \"abc\r\n", wire.ProblemKeyInvalid},
+		{"missing", "", wire.ProblemKeyMissing},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := rawRequest(ctx, host, rawPayment(host, tc.lines, validPayment, len(validPayment)), false)
@@ -154,7 +154,7 @@ func TestHostile_Keys(t *testing.T) {
 		require.Equal(t, http.StatusCreated, r.status, "%q: %s", lines, r.body)
 		again, err := rawRequest(ctx, host, rawPayment(host, lines, validPayment, len(validPayment)), false)
 		require.NoError(t, err)
-		require.Equal(t, "true", again.header.Get(server.HeaderReplayed), "%q is the same key the second time", lines)
+		require.Equal(t, "true", again.header.Get(wire.HeaderReplayed), "%q is the same key the second time", lines)
 	}
 
 	requireStillServing(ctx, t, srv, "after-hostile-keys")
@@ -244,7 +244,7 @@ func TestHostile_Bodies(t *testing.T) {
 		raw := rawPayment(host, "Idempotency-Key: huge-cl\r\n", "", len(huge))
 		r, err := rawRequest(ctx, host, append(raw, huge[:1024]...), true)
 		require.NoError(t, err)
-		requireProblem(t, r, http.StatusRequestEntityTooLarge, server.ProblemBodyTooLarge)
+		requireProblem(t, r, http.StatusRequestEntityTooLarge, wire.ProblemBodyTooLarge)
 	})
 	t.Run("huge chunked", func(t *testing.T) {
 		body := io.MultiReader(strings.NewReader(`{"description":"`), bytes.NewReader(bytes.Repeat([]byte("y"), 2<<20)), strings.NewReader(`"}`))
@@ -259,7 +259,7 @@ func TestHostile_Bodies(t *testing.T) {
 		b, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		require.NoError(t, err)
-		requireProblem(t, reply{status: resp.StatusCode, header: resp.Header, body: b}, http.StatusRequestEntityTooLarge, server.ProblemBodyTooLarge)
+		requireProblem(t, reply{status: resp.StatusCode, header: resp.Header, body: b}, http.StatusRequestEntityTooLarge, wire.ProblemBodyTooLarge)
 	})
 	t.Run("not JSON", func(t *testing.T) {
 		r, err := post(ctx, url, "alice", "not-json", "text/plain", []byte("this is not json\x00\xff"))
@@ -279,7 +279,7 @@ func TestHostile_Bodies(t *testing.T) {
 		raw := rawPayment(host, "Idempotency-Key: truncated\r\n", validPayment[:10], len(validPayment))
 		r, err := rawRequest(ctx, host, raw, true)
 		require.NoError(t, err)
-		requireProblem(t, r, http.StatusBadRequest, server.ProblemBodyUnreadable)
+		requireProblem(t, r, http.StatusBadRequest, wire.ProblemBodyUnreadable)
 		// Nothing was claimed: the full request with the same key runs.
 		full, err := post(ctx, url, "alice", "truncated", "application/json", []byte(validPayment))
 		require.NoError(t, err)

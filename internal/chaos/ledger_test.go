@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // ledgerRow is one row of the payments table, read straight from the
@@ -52,7 +52,7 @@ func openInspector(t *testing.T, store, target string) *inspector {
 		in.pg = pool
 		t.Cleanup(pool.Close)
 	case storeSQLite:
-		db, err := server.OpenSQLite(ctx, target)
+		db, err := sqlitestore.Open(ctx, target)
 		if err != nil {
 			t.Fatal(err)
 		}

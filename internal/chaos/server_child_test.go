@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/pgstore"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 const roleServer = "server"
@@ -90,12 +92,12 @@ func serverMain(s serverSpec) error {
 	)
 	switch s.Store {
 	case storeSQLite:
-		db, err := server.OpenSQLite(ctx, s.Target)
+		db, err := sqlitestore.Open(ctx, s.Target)
 		if err != nil {
 			return err
 		}
 		defer db.Close()
-		st, err := server.NewSQLiteStore(db, nil)
+		st, err := sqlitestore.New(db, nil)
 		if err != nil {
 			return err
 		}
@@ -107,7 +109,7 @@ func serverMain(s serverSpec) error {
 		}
 		store = st
 		insert = func(ctx context.Context, principal, key string) error {
-			tx, ok := server.SQLTx(ctx)
+			tx, ok := sqlitestore.Tx(ctx)
 			if !ok {
 				return errors.New("no SQL transaction in the context")
 			}
@@ -120,7 +122,7 @@ func serverMain(s serverSpec) error {
 			return err
 		}
 		defer pool.Close()
-		st, err := server.NewPostgresStore(pool, nil)
+		st, err := pgstore.New(pool, nil)
 		if err != nil {
 			return err
 		}
@@ -132,7 +134,7 @@ func serverMain(s serverSpec) error {
 		}
 		store = st
 		insert = func(ctx context.Context, principal, key string) error {
-			tx, ok := server.PgxTx(ctx)
+			tx, ok := pgstore.Tx(ctx)
 			if !ok {
 				return errors.New("no pgx transaction in the context")
 			}

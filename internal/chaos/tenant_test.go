@@ -14,7 +14,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // probe is one request of the tenant-isolation probe and its answer.
@@ -88,7 +90,7 @@ func TestTenantIsolation(t *testing.T) {
 						for {
 							p.r, p.err = post(ctx, url, p.principal, p.key, "application/json", p.body)
 							if p.err != nil || p.r.status != http.StatusServiceUnavailable ||
-								!strings.Contains(string(p.r.body), server.ProblemTypeBase+server.ProblemStoreBusy) {
+								!strings.Contains(string(p.r.body), wire.ProblemTypeBase+wire.ProblemStoreBusy) {
 								break
 							}
 							// Busy for everyone alike: it tells nothing about
@@ -202,10 +204,10 @@ func TestTenantIsolation(t *testing.T) {
 func TestTenantIsolation_DownstreamKey(t *testing.T) {
 	t.Parallel()
 	ctx := deadline(t, 30*time.Second)
-	db, err := server.OpenSQLite(ctx, filepath.Join(t.TempDir(), "idem.db"))
+	db, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
-	st, err := server.NewSQLiteStore(db, nil)
+	st, err := sqlitestore.New(db, nil)
 	require.NoError(t, err)
 	require.NoError(t, st.Migrate(ctx))
 	mw, err := server.New(st, &server.Config{PrincipalFunc: bearerPrincipal, Mode: server.ModeLease})

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/testpg"
-	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
@@ -168,7 +168,7 @@ func requireProblem(t *testing.T, resp response, status int, slug string) {
 		Detail string `json:"detail"`
 	}
 	require.NoError(t, json.Unmarshal(resp.body, &p), "body: %s", resp.body)
-	require.Equal(t, server.ProblemTypeBase+slug, p.Type)
+	require.Equal(t, wire.ProblemTypeBase+slug, p.Type)
 	require.Equal(t, status, p.Status)
 	require.NotEmpty(t, p.Title)
 }
@@ -184,8 +184,8 @@ func TestPayments_Create(t *testing.T) {
 		resp := b.pay(t, "alice", "key-1", usd40)
 		require.Equal(t, http.StatusCreated, resp.status, "body: %s", resp.body)
 		require.Equal(t, "application/json", resp.header.Get("Content-Type"))
-		require.Equal(t, "86400", resp.header.Get(server.HeaderWindow))
-		require.Empty(t, resp.header.Get(server.HeaderReplayed))
+		require.Equal(t, "86400", resp.header.Get(wire.HeaderWindow))
+		require.Empty(t, resp.header.Get(wire.HeaderReplayed))
 
 		var fields map[string]any
 		require.NoError(t, json.Unmarshal(resp.body, &fields))
@@ -223,7 +223,7 @@ func TestPayments_Replay(t *testing.T) {
 		// canonical JSON.
 		again := b.pay(t, "alice", "key-1", `{"description":"groceries","currency":"usd","amount":4000}`)
 		require.Equal(t, http.StatusCreated, again.status)
-		require.Equal(t, "true", again.header.Get(server.HeaderReplayed))
+		require.Equal(t, "true", again.header.Get(wire.HeaderReplayed))
 		require.Equal(t, string(first.body), string(again.body), "a replay is byte for byte the first response")
 
 		require.Len(t, b.list(t, "alice"), 1, "a replay must not make a second payment")
@@ -243,7 +243,7 @@ func TestPayments_KeyReused(t *testing.T) {
 
 		require.Equal(t, http.StatusCreated, b.pay(t, "alice", "key-1", usd40).status)
 		resp := b.pay(t, "alice", "key-1", `{"amount": 9999, "currency": "USD"}`)
-		requireProblem(t, resp, http.StatusUnprocessableEntity, server.ProblemKeyReused)
+		requireProblem(t, resp, http.StatusUnprocessableEntity, wire.ProblemKeyReused)
 
 		ps := b.list(t, "alice")
 		require.Len(t, ps, 1)
@@ -299,9 +299,9 @@ func TestPayments_Unauthenticated(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, cfg *Config) {
 		b := setup(t, cfg, nil)
 
-		requireProblem(t, b.pay(t, "", "key-1", usd40), http.StatusUnauthorized, server.ProblemUnauthenticated)
-		requireProblem(t, b.do(t, http.MethodGet, "", "", ""), http.StatusUnauthorized, server.ProblemUnauthenticated)
-		requireProblem(t, b.pay(t, "bad account!", "key-1", usd40), http.StatusUnauthorized, server.ProblemUnauthenticated)
+		requireProblem(t, b.pay(t, "", "key-1", usd40), http.StatusUnauthorized, wire.ProblemUnauthenticated)
+		requireProblem(t, b.do(t, http.MethodGet, "", "", ""), http.StatusUnauthorized, wire.ProblemUnauthenticated)
+		requireProblem(t, b.pay(t, "bad account!", "key-1", usd40), http.StatusUnauthorized, wire.ProblemUnauthenticated)
 
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, b.srv.URL+"/v1/payments", strings.NewReader(usd40))
 		require.NoError(t, err)
@@ -359,7 +359,7 @@ func TestPayments_SameKeyTwoAccounts(t *testing.T) {
 		c := b.pay(t, "bob", "shared-key", usd40)
 		require.Equal(t, http.StatusCreated, a.status)
 		require.Equal(t, http.StatusCreated, c.status)
-		require.Empty(t, c.header.Get(server.HeaderReplayed), "bob must never get alice's response")
+		require.Empty(t, c.header.Get(wire.HeaderReplayed), "bob must never get alice's response")
 		require.NotEqual(t, string(a.body), string(c.body))
 		require.Len(t, b.list(t, "alice"), 1)
 		require.Len(t, b.list(t, "bob"), 1)
@@ -391,7 +391,7 @@ func TestPayments_ServerErrorFreesKey(t *testing.T) {
 		requireProblem(t, b.pay(t, "alice", "k2", usd40), http.StatusInternalServerError, problemInternal)
 		retry := b.pay(t, "alice", "k2", usd40)
 		require.Equal(t, http.StatusCreated, retry.status, "body: %s", retry.body)
-		require.Empty(t, retry.header.Get(server.HeaderReplayed), "a 500 is never stored")
+		require.Empty(t, retry.header.Get(wire.HeaderReplayed), "a 500 is never stored")
 		require.Len(t, b.list(t, "alice"), 2)
 	})
 }
@@ -444,7 +444,7 @@ func TestPayments_DelayFinishesWithoutClient(t *testing.T) {
 		ps := waitForPayments(t, b, "alice", 1)
 		replay := b.pay(t, "alice", "k1", usd40)
 		require.Equal(t, http.StatusCreated, replay.status)
-		require.Equal(t, "true", replay.header.Get(server.HeaderReplayed))
+		require.Equal(t, "true", replay.header.Get(wire.HeaderReplayed))
 		var p Payment
 		require.NoError(t, json.Unmarshal(replay.body, &p))
 		require.Equal(t, ps[0].ID, p.ID, "the retry gets the payment the lost client made")
@@ -529,7 +529,7 @@ func TestPayments_ConcurrentSameKey(t *testing.T) {
 				}
 				require.Equal(t, body, string(r.body), "every 201 carries the one payment")
 			case http.StatusConflict:
-				requireProblem(t, r, http.StatusConflict, server.ProblemInFlight)
+				requireProblem(t, r, http.StatusConflict, wire.ProblemInFlight)
 				require.NotEmpty(t, r.header.Get("Retry-After"))
 			default:
 				t.Fatalf("got status %d want 201 or 409: %s", r.status, r.body)

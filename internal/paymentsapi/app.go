@@ -11,6 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/pgstore"
+	"github.com/idemkit/idemkit/server/sqlitestore"
+	"github.com/idemkit/idemkit/server/sweeper"
 )
 
 // App is a wired payments API: idempotency store, ledger, middleware and
@@ -23,7 +26,7 @@ type App struct {
 	backend  string // "sqlite" or "postgres"
 
 	stop      context.CancelFunc // cancels handlers.stopping
-	sweeper   *server.Sweeper
+	sweeper   *sweeper.Sweeper
 	closers   []func()
 	closeOnce sync.Once
 }
@@ -70,7 +73,7 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 		if err := pool.Ping(ctx); err != nil {
 			return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
 		}
-		st, err := server.NewPostgresStore(pool, nil)
+		st, err := pgstore.New(pool, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -80,12 +83,12 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 		store, l = st, ledger{d: pgDialect{pool: pool}}
 	} else {
 		a.backend = "sqlite"
-		db, err := server.OpenSQLite(ctx, cfg.DB)
+		db, err := sqlitestore.Open(ctx, cfg.DB)
 		if err != nil {
 			return nil, err
 		}
 		a.closers = append(a.closers, func() { _ = db.Close() })
-		st, err := server.NewSQLiteStore(db, nil)
+		st, err := sqlitestore.New(db, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -124,7 +127,7 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 	}
 	a.handler = a.handlers.routes(mw)
 	if cfg.SweepInterval > 0 {
-		a.sweeper = server.StartSweeper(store, &server.SweeperConfig{Interval: cfg.SweepInterval, Logger: cfg.Logger})
+		a.sweeper = sweeper.Start(store, &sweeper.Config{Interval: cfg.SweepInterval, Logger: cfg.Logger})
 	}
 	return a, nil
 }

@@ -61,13 +61,13 @@ type Config struct {
 
 	// LeaseDuration is, in lease mode, how long a claim holds before a retry
 	// may take it over. Must be shorter than Window. Defaults to
-	// server.LeaseDurationDefault (30s), capped at half the Window.
+	// 30s (the server's default), capped at half the Window.
 	LeaseDuration time.Duration
 
 	// LockTimeout is, in transactional mode, how long a claim waits on a
 	// concurrent uncommitted claim of the same key before answering 409
 	// (PostgreSQL; SQLite answers at once). Defaults to
-	// server.LockTimeoutDefault (3s).
+	// 3s (the server's default).
 	LockTimeout time.Duration
 
 	// SweepInterval is the interval of the sweeper that deletes expired
@@ -109,10 +109,10 @@ func (c *Config) WithDefaults() *Config {
 		out.Mode = ModeDefault
 	}
 	if out.LeaseDuration == 0 {
-		out.LeaseDuration = min(server.LeaseDurationDefault, out.Window/2)
+		out.LeaseDuration = min(30*time.Second, out.Window/2)
 	}
 	if out.LockTimeout == 0 {
-		out.LockTimeout = server.LockTimeoutDefault
+		out.LockTimeout = 3 * time.Second
 	}
 	if out.SweepInterval == 0 {
 		out.SweepInterval = SweepIntervalDefault

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/idemkit/idemkit/server"
 )
 
 func TestConfig_WithDefaults(t *testing.T) {
@@ -20,9 +18,9 @@ func TestConfig_WithDefaults(t *testing.T) {
 	require.Equal(t, DBDefault, got.DB)
 	require.Equal(t, WindowDefault, got.Window)
 	require.Equal(t, ModeTransactional, got.Mode)
-	require.Equal(t, server.LeaseDurationDefault, got.LeaseDuration)
+	require.Equal(t, 30*time.Second, got.LeaseDuration)
 	require.Equal(t, SweepIntervalDefault, got.SweepInterval)
-	require.Equal(t, server.LockTimeoutDefault, got.LockTimeout)
+	require.Equal(t, 3*time.Second, got.LockTimeout)
 	require.NotNil(t, got.Logger)
 	require.NoError(t, got.validate())
 

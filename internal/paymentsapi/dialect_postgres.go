@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idemkit/internal/migrate"
-	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/pgstore"
 )
 
 // pgDialect is the ledger on the PostgreSQL database of a
@@ -43,7 +43,7 @@ func (pgDialect) bind(query string) string {
 }
 
 func (d pgDialect) queryRow(ctx context.Context, query string, args ...any) row {
-	if tx, ok := server.PgxTx(ctx); ok {
+	if tx, ok := pgstore.Tx(ctx); ok {
 		return tx.QueryRow(ctx, query, args...)
 	}
 	return d.pool.QueryRow(ctx, query, args...)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/idemkit/idemkit/internal/migrate"
 	"github.com/idemkit/idemkit/internal/wire"
-	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // sqliteDialect is the ledger on the SQLite database of a
@@ -26,7 +26,7 @@ func (d sqliteDialect) migrations() (string, migrate.Target) {
 func (sqliteDialect) bind(query string) string { return query }
 
 func (d sqliteDialect) queryRow(ctx context.Context, query string, args ...any) row {
-	if tx, ok := server.SQLTx(ctx); ok {
+	if tx, ok := sqlitestore.Tx(ctx); ok {
 		return tx.QueryRowContext(ctx, query, args...)
 	}
 	return d.db.QueryRowContext(ctx, query, args...)

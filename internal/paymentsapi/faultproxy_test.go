@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/faultproxy"
-	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // TestPayments_BehindFaultProxy loses the response of the first attempt
@@ -60,7 +60,7 @@ func TestPayments_BehindFaultProxy(t *testing.T) {
 		resp, body, err := attempt()
 		require.NoError(t, err)
 		require.Equal(t, http.StatusCreated, resp.StatusCode, "body: %s", body)
-		require.Equal(t, "true", resp.Header.Get(server.HeaderReplayed))
+		require.Equal(t, "true", resp.Header.Get(wire.HeaderReplayed))
 
 		ps := b.list(t, "alice")
 		require.Len(t, ps, 1, "one intent, one payment")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
 )
 
@@ -103,7 +104,7 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
 	}, scope.Key)
 	switch {
 	case errors.Is(err, errKeyReused):
-		writeProblem(w, http.StatusUnprocessableEntity, server.ProblemKeyReused, "Idempotency-Key reused with a different request",
+		writeProblem(w, http.StatusUnprocessableEntity, wire.ProblemKeyReused, "Idempotency-Key reused with a different request",
 			"This account already made a different payment with this Idempotency-Key.", 0)
 		return
 	case err != nil:
@@ -132,7 +133,7 @@ func (h *handlers) list(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	account, err := bearerAccount(r)
 	if err != nil {
-		writeProblem(w, http.StatusUnauthorized, server.ProblemUnauthenticated, "Unauthenticated", err.Error(), 0)
+		writeProblem(w, http.StatusUnauthorized, wire.ProblemUnauthenticated, "Unauthenticated", err.Error(), 0)
 		h.logger.LogAttrs(r.Context(), slog.LevelInfo, "request",
 			slog.String("method", r.Method), slog.String("path", r.URL.Path),
 			slog.String("outcome", "rejected"), slog.Int("status", http.StatusUnauthorized))

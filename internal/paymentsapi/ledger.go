@@ -43,8 +43,8 @@ FROM payments WHERE account = ? ORDER BY created_at, id`
 
 // ledger is where payments live: the same database as the idempotency
 // records, reached through d. Writes go on the request's transaction when
-// the context carries one (transactional mode, see server.PgxTx and
-// server.SQLTx), and on the database directly otherwise (lease mode).
+// the context carries one (transactional mode, see pgstore.Tx and
+// sqlitestore.Tx), and on the database directly otherwise (lease mode).
 type ledger struct {
 	d dialect
 }

@@ -5,11 +5,11 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // Problem type slugs of this example, on top of the server package's. The
-// type URI is server.ProblemTypeBase + slug.
+// type URI is wire.ProblemTypeBase + slug.
 const (
 	problemInvalidPayment = "invalid-payment"
 	problemShuttingDown   = "shutting-down"
@@ -31,7 +31,7 @@ func writeProblem(w http.ResponseWriter, status int, slug, title, detail string,
 		Title  string `json:"title"`
 		Status int    `json:"status"`
 		Detail string `json:"detail,omitempty"`
-	}{server.ProblemTypeBase + slug, title, status, detail})
+	}{wire.ProblemTypeBase + slug, title, status, detail})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -1,5 +1,5 @@
 // Package storetest is the conformance suite for implementations of
-// server.Store. PostgresStore and SQLiteStore run it; so should any other
+// server.Store. pgstore.Store and sqlitestore.Store run it; so should any other
 // store:
 //
 //	func TestMyStore(t *testing.T) {
@@ -19,7 +19,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,7 +172,7 @@ var cases = []testCase{
 	}},
 	{"Get_NotFound", func(t *testing.T, b *testBundle) {
 		_, err := b.store.Get(b.ctx, scope("never"), b.t0)
-		require.ErrorIs(t, err, server.ErrNotFound)
+		require.ErrorIs(t, err, server.ErrRecordNotFound)
 	}},
 	{"Claim_InvalidRequest", func(t *testing.T, b *testBundle) {
 		req := claimReq(scope("k"), fingerprint("body"), b.t0)
@@ -246,7 +248,7 @@ var cases = []testCase{
 		_, err := b.store.Get(b.ctx, sc, expiry.Add(-time.Millisecond))
 		require.NoError(t, err, "a record is live until its ExpiresAt")
 		_, err = b.store.Get(b.ctx, sc, expiry)
-		require.ErrorIs(t, err, server.ErrNotFound, "a record whose ExpiresAt is not after now is absent")
+		require.ErrorIs(t, err, server.ErrRecordNotFound, "a record whose ExpiresAt is not after now is absent")
 
 		// A different request may use the key once it expired.
 		req := claimReq(sc, fingerprint("new body"), expiry)
@@ -350,7 +352,7 @@ var cases = []testCase{
 		token := b.mustAcquire(t, claimReq(sc, fp, b.t0))
 		require.NoError(t, b.store.Release(b.ctx, sc, token))
 		_, err := b.store.Get(b.ctx, sc, b.t0)
-		require.ErrorIs(t, err, server.ErrNotFound)
+		require.ErrorIs(t, err, server.ErrRecordNotFound)
 		res := b.claim(t, claimReq(sc, fp, b.t0.Add(time.Second)))
 		require.True(t, res.Acquired)
 		require.False(t, res.TakenOver)
@@ -379,7 +381,7 @@ var cases = []testCase{
 	{"Scope_Endpoint", func(t *testing.T, b *testBundle) {
 		pay := server.Scope{Principal: "tenant-a", Endpoint: "POST /payments", Key: "k"}
 		refund := server.Scope{Principal: "tenant-a", Endpoint: "POST /refunds", Key: "k"}
-		wide := server.Scope{Principal: "tenant-a", Endpoint: server.EndpointAny, Key: "k"}
+		wide := server.Scope{Principal: "tenant-a", Endpoint: "*", Key: "k"}
 		for _, sc := range []server.Scope{pay, refund, wide} {
 			res := b.claim(t, claimReq(sc, fingerprint(sc.Endpoint), b.t0))
 			require.True(t, res.Acquired, "endpoint %q", sc.Endpoint)
@@ -426,7 +428,7 @@ var cases = []testCase{
 		require.NoError(t, tx.Rollback(b.ctx), "a second Rollback is a no-op")
 
 		_, err = b.store.Get(b.ctx, sc, b.t0)
-		require.ErrorIs(t, err, server.ErrNotFound)
+		require.ErrorIs(t, err, server.ErrRecordNotFound)
 		again := b.claim(t, claimReq(sc, fp, b.t0))
 		require.True(t, again.Acquired)
 		require.Equal(t, int64(1), again.Token)
@@ -593,4 +595,172 @@ var cases = []testCase{
 		require.NoError(t, err)
 		require.Equal(t, server.StateCompleted, rec.State)
 	}},
+}
+
+// StatsStore is a store that reports its size, as the SQL stores do.
+type StatsStore interface {
+	server.Store
+	Stats(ctx context.Context, now time.Time) (server.StoreStats, error)
+}
+
+// RunStats checks the Stats of a fresh, migrated store: an empty store is
+// all zeros; then expired, live in-progress and completed rows are counted
+// and the oldest live record is found.
+func RunStats(t *testing.T, ctx context.Context, store StatsStore) {
+	t.Helper()
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 6_000_000, time.UTC)
+	st, err := store.Stats(ctx, t0)
+	require.NoError(t, err)
+	require.Equal(t, server.StoreStats{}, st)
+
+	claim := func(key string, now time.Time, window time.Duration) int64 {
+		res, err := store.Claim(ctx, server.ClaimRequest{
+			Scope:       server.Scope{Principal: "p", Endpoint: "e", Key: key},
+			Fingerprint: []byte{1}, FingerprintVersion: 1, Now: now,
+			ExpiresAt: now.Add(window), LockedUntil: now.Add(time.Second),
+		})
+		require.NoError(t, err)
+		require.True(t, res.Acquired)
+		return res.Token
+	}
+	claim("expired", t0, time.Minute)
+	claim("oldest-live", t0.Add(time.Second), time.Hour)
+	token := claim("completed", t0.Add(2*time.Second), time.Hour)
+	require.NoError(t, store.Complete(ctx, server.Scope{Principal: "p", Endpoint: "e", Key: "completed"}, token, t0.Add(2*time.Second),
+		&server.StoredResponse{Status: 200}))
+	claim("in-progress", t0.Add(3*time.Second), time.Hour)
+
+	st, err = store.Stats(ctx, t0.Add(time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, int64(4), st.Rows)
+	require.Equal(t, int64(1), st.Expired)
+	require.Equal(t, int64(2), st.InProgress)
+	require.True(t, t0.Add(time.Second).Equal(st.OldestCreatedAt), "OldestCreatedAt: got %v", st.OldestCreatedAt)
+}
+
+// Migrator is a store that applies its own schema.
+type Migrator interface {
+	Migrate(ctx context.Context) error
+}
+
+// RunMigrations checks that Migrate is idempotent and safe when processes
+// run it at once: migrated, a migrated store, migrates again; then n stores
+// that open returns on one fresh database, each on a pool of its own as
+// separate processes would, migrate concurrently. open returns a store and
+// a function that closes its pool. recorded reads the count of rows and the
+// highest version in that database's versions table: each of the want
+// migrations must be recorded once.
+func RunMigrations(t *testing.T, ctx context.Context, migrated Migrator, n int,
+	open func(ctx context.Context) (Migrator, func(), error), recorded func(ctx context.Context) (count, version int, err error), want int) {
+	t.Helper()
+	require.NoError(t, migrated.Migrate(ctx), "second Migrate")
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			store, closeFunc, err := open(ctx)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer closeFunc()
+			errs[i] = store.Migrate(ctx)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "Migrate %d", i)
+	}
+	count, version, err := recorded(ctx)
+	require.NoError(t, err)
+	require.Equal(t, want, count, "each migration is recorded once")
+	require.Equal(t, want, version)
+}
+
+// BenchFingerprint is the fingerprint of the claims of ClaimFunc.
+var BenchFingerprint = func() []byte { h := sha256.Sum256([]byte(`{"amount":4000}`)); return h[:] }()
+
+// BenchClaims runs claim with a fresh key per call, serially and in
+// parallel, reporting allocations.
+func BenchClaims(b *testing.B, claim func(ctx context.Context, key string) error) {
+	ctx := context.Background()
+	var n atomic.Int64
+	b.Run("Serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := claim(ctx, "k-"+strconv.FormatInt(n.Add(1), 10)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := claim(ctx, "k-"+strconv.FormatInt(n.Add(1), 10)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+// ClaimFunc returns a claim of key on store for BenchClaims; a claim that
+// does not acquire fails.
+func ClaimFunc(store server.Store) func(ctx context.Context, key string) error {
+	return func(ctx context.Context, key string) error {
+		now := time.Now()
+		res, err := store.Claim(ctx, server.ClaimRequest{
+			Scope:       server.Scope{Principal: "bench", Endpoint: "POST /payments", Key: key},
+			Fingerprint: BenchFingerprint, FingerprintVersion: 1,
+			Now: now, ExpiresAt: now.Add(24 * time.Hour), LockedUntil: now.Add(30 * time.Second),
+		})
+		if err == nil && !res.Acquired {
+			return errors.New("claim of a fresh key did not acquire")
+		}
+		return err
+	}
+}
+
+// BenchClaimsAgainstBaseline runs BenchClaims on a fresh store ("Store")
+// and, on another, on the plain INSERT of the same columns into an
+// equivalent table that newInsert prepares ("RawInsert"): what a claim
+// costs over the cheapest possible write.
+func BenchClaimsAgainstBaseline(b *testing.B, newStore func(b *testing.B) server.Store, newInsert func(b *testing.B) func(ctx context.Context, key string) error) {
+	b.Run("Store", func(b *testing.B) { BenchClaims(b, ClaimFunc(newStore(b))) })
+	b.Run("RawInsert", func(b *testing.B) { BenchClaims(b, newInsert(b)) })
+}
+
+// Context returns a context that ends with t, or after a minute.
+func Context(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// RunTxEffectRollsBack checks transactional mode's promise on store: a
+// claim and an effect written on the transaction's Handle roll back
+// together. effect writes one effect row on the handle; checkNoEffect
+// requires, outside the transaction, that no effect row exists.
+func RunTxEffectRollsBack(t *testing.T, ctx context.Context, store server.Store, effect func(ctx context.Context, handle any) error, checkNoEffect func(t *testing.T)) {
+	t.Helper()
+	tx, err := store.BeginTx(ctx, LockTimeout)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	now := time.Now()
+	sc := server.Scope{Principal: "p", Endpoint: "POST /payments", Key: "k"}
+	req := server.ClaimRequest{Scope: sc, Fingerprint: []byte{1}, FingerprintVersion: 1, Now: now,
+		ExpiresAt: now.Add(time.Hour), LockedUntil: now.Add(time.Second)}
+	res, err := tx.Claim(ctx, req)
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	require.NoError(t, effect(ctx, tx.Handle()))
+	require.NoError(t, tx.Rollback(ctx))
+
+	_, err = store.Get(ctx, sc, now)
+	require.ErrorIs(t, err, server.ErrRecordNotFound)
+	checkNoEffect(t)
 }

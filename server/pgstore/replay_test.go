@@ -1,4 +1,4 @@
-package server
+package pgstore
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/testpg"
+	"github.com/idemkit/idemkit/server"
 )
 
 // A claim that meets a completed record only reads it: inside a transaction
@@ -29,16 +30,16 @@ func TestPostgresClaim_ReplayOfCompletedRecordWritesNothing(t *testing.T) {
 	res, err := store.Claim(ctx, req)
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
-	require.NoError(t, store.Complete(ctx, req.Scope, res.Token, now, &StoredResponse{Status: 201, Body: []byte("ok")}))
+	require.NoError(t, store.Complete(ctx, req.Scope, res.Token, now, &server.StoredResponse{Status: 201, Body: []byte("ok")}))
 
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	again, err := pgClaimOn(ctx, tx, store.clock, req)
+	again, err := store.s.Claim(ctx, &querier{q: tx}, req)
 	require.NoError(t, err)
 	require.False(t, again.Acquired)
 	require.NotNil(t, again.Existing)
-	require.Equal(t, StateCompleted, again.Existing.State)
+	require.Equal(t, server.StateCompleted, again.Existing.State)
 	require.Equal(t, []byte("ok"), again.Existing.Response.Body)
 
 	var xid *string
@@ -63,11 +64,11 @@ func TestPostgresComplete_IsHeapOnlyUpdate(t *testing.T) {
 	for i := range n {
 		now := time.Now()
 		req := payClaim(fmt.Sprintf("key-%03d", i), make([]byte, 32), now, time.Minute, 24*time.Hour)
-		res, err := pgClaimOn(ctx, tx, store.clock, req)
+		res, err := store.s.Claim(ctx, &querier{q: tx}, req)
 		require.NoError(t, err)
 		require.True(t, res.Acquired)
-		resp := &StoredResponse{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: body}
-		require.NoError(t, pgCompleteOn(ctx, tx, store.clock, req.Scope, res.Token, now, resp))
+		resp := &server.StoredResponse{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: body}
+		require.NoError(t, store.s.Complete(ctx, &querier{q: tx}, req.Scope, res.Token, now, resp))
 	}
 	var updates, hot int
 	require.NoError(t, tx.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
@@ -79,9 +80,9 @@ func TestPostgresComplete_IsHeapOnlyUpdate(t *testing.T) {
 
 // migratedPostgresStore is a store on the database's clock over a fresh
 // schema.
-func migratedPostgresStore(t *testing.T) *PostgresStore {
+func migratedPostgresStore(t *testing.T) *Store {
 	t.Helper()
-	store, err := NewPostgresStore(testpg.Pool(t), nil)
+	store, err := New(testpg.Pool(t), nil)
 	require.NoError(t, err)
 	require.NoError(t, store.Migrate(context.Background()))
 	return store
@@ -90,7 +91,7 @@ func migratedPostgresStore(t *testing.T) *PostgresStore {
 // Commit sends the completion and the COMMIT in one round trip. A
 // completion that matches no claim (here: the record expired while the
 // handler ran) must abort the transaction before the COMMIT reaches it, so
-// the effect is rolled back with it, and Commit reports ErrLeaseLost.
+// the effect is rolled back with it, and Commit reports server.ErrLeaseLost.
 func TestPostgresTx_CompletionMatchingNoClaimRollsBackTheEffect(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -108,14 +109,14 @@ func TestPostgresTx_CompletionMatchingNoClaimRollsBackTheEffect(t *testing.T) {
 	require.True(t, res.Acquired)
 	_, err = tx.Handle().(pgx.Tx).Exec(ctx, "INSERT INTO effects DEFAULT VALUES")
 	require.NoError(t, err)
-	require.NoError(t, tx.Complete(ctx, req.Scope, res.Token, now.Add(2*time.Minute), &StoredResponse{Status: 201}))
-	require.ErrorIs(t, tx.Commit(ctx), ErrLeaseLost)
+	require.NoError(t, tx.Complete(ctx, req.Scope, res.Token, now.Add(2*time.Minute), &server.StoredResponse{Status: 201}))
+	require.ErrorIs(t, tx.Commit(ctx), server.ErrLeaseLost)
 
 	var effects int
 	require.NoError(t, store.Pool().QueryRow(ctx, "SELECT count(*) FROM effects").Scan(&effects))
 	require.Zero(t, effects, "the effect committed without its stored response")
 	_, err = store.Get(ctx, req.Scope, now)
-	require.ErrorIs(t, err, ErrNotFound, "the claim rolled back too")
+	require.ErrorIs(t, err, server.ErrRecordNotFound, "the claim rolled back too")
 }
 
 // Commit sends its COMMIT past the handler's pgx.Tx and gives the connection
@@ -132,7 +133,7 @@ func TestPostgresTx_HandleIsClosedOnceCommitted(t *testing.T) {
 	require.NoError(t, err)
 	res, err := tx.Claim(ctx, req)
 	require.NoError(t, err)
-	require.NoError(t, tx.Complete(ctx, req.Scope, res.Token, now, &StoredResponse{Status: 201}))
+	require.NoError(t, tx.Complete(ctx, req.Scope, res.Token, now, &server.StoredResponse{Status: 201}))
 	require.NoError(t, tx.Commit(ctx))
 	require.NoError(t, tx.Rollback(ctx), "Rollback after Commit is a no-op")
 
@@ -147,13 +148,13 @@ func TestPostgresTx_HandleIsClosedOnceCommitted(t *testing.T) {
 
 	rec, err := store.Get(ctx, req.Scope, now)
 	require.NoError(t, err)
-	require.Equal(t, StateCompleted, rec.State)
+	require.Equal(t, server.StateCompleted, rec.State)
 }
 
 // payClaim is the claim of key on POST /pay for principal p at now.
-func payClaim(key string, fp []byte, now time.Time, lease, window time.Duration) ClaimRequest {
-	return ClaimRequest{
-		Scope:              Scope{Principal: "p", Endpoint: "POST /pay", Key: key},
+func payClaim(key string, fp []byte, now time.Time, lease, window time.Duration) server.ClaimRequest {
+	return server.ClaimRequest{
+		Scope:              server.Scope{Principal: "p", Endpoint: "POST /pay", Key: key},
 		Fingerprint:        fp,
 		FingerprintVersion: 1,
 		Now:                now,
@@ -194,7 +195,7 @@ func TestPostgresTx_NewKeyCostsTwoRoundTrips(t *testing.T) {
 		res, err := tx.Claim(ctx, req)
 		require.NoError(t, err)
 		require.True(t, res.Acquired)
-		require.NoError(t, tx.Complete(ctx, req.Scope, res.Token, req.Now, &StoredResponse{Status: 201}))
+		require.NoError(t, tx.Complete(ctx, req.Scope, res.Token, req.Now, &server.StoredResponse{Status: 201}))
 		require.NoError(t, tx.Commit(ctx))
 		return trips.n.Load() - before
 	}
@@ -211,7 +212,7 @@ func TestPostgresClaim_ReplayCostsOneRoundTrip(t *testing.T) {
 	req := payClaim("replayed", []byte("fp"), time.Now(), time.Minute, time.Hour)
 	res, err := store.Claim(ctx, req)
 	require.NoError(t, err)
-	require.NoError(t, store.Complete(ctx, req.Scope, res.Token, req.Now, &StoredResponse{Status: 201}))
+	require.NoError(t, store.Complete(ctx, req.Scope, res.Token, req.Now, &server.StoredResponse{Status: 201}))
 
 	before := trips.n.Load()
 	again, err := store.Claim(ctx, req)
@@ -223,7 +224,7 @@ func TestPostgresClaim_ReplayCostsOneRoundTrip(t *testing.T) {
 // tracedPostgresStore is a migrated store on a pool of one connection
 // (whose statement cache the first statements warm) that counts its round
 // trips.
-func tracedPostgresStore(t *testing.T) (*PostgresStore, *pgRoundTrips) {
+func tracedPostgresStore(t *testing.T) (*Store, *pgRoundTrips) {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(testpg.SchemaDSN(t))
 	require.NoError(t, err)
@@ -233,7 +234,7 @@ func tracedPostgresStore(t *testing.T) (*PostgresStore, *pgRoundTrips) {
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	store, err := NewPostgresStore(pool, nil)
+	store, err := New(pool, nil)
 	require.NoError(t, err)
 	require.NoError(t, store.Migrate(context.Background()))
 	return store, trips

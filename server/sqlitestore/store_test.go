@@ -1,8 +1,9 @@
-package server_test
+package sqlitestore_test
 
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 	"github.com/idemkit/idemkit/server/storetest"
 )
 
@@ -20,69 +22,47 @@ type sqliteBundle struct {
 	ctx   context.Context
 	path  string
 	db    *sql.DB
-	store *server.SQLiteStore
+	store *sqlitestore.Store
 }
 
 // setupSQLite returns a migrated store on a fresh file, with a sweep chunk
 // small enough that the conformance suite's Sweep spans several chunks.
 func setupSQLite(t testing.TB) *sqliteBundle {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
+	ctx := storetest.Context(t)
 	path := filepath.Join(t.TempDir(), "idem.db")
-	db, err := server.OpenSQLite(ctx, path)
+	db, err := sqlitestore.Open(ctx, path)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
-	store, err := server.NewSQLiteStore(db, &server.SQLiteConfig{SweepChunkSize: 3})
+	store, err := sqlitestore.New(db, &sqlitestore.Config{SweepChunkSize: 3})
 	require.NoError(t, err)
 	require.NoError(t, store.Migrate(ctx))
 	return &sqliteBundle{ctx: ctx, path: path, db: db, store: store}
 }
 
-func TestSQLiteStore_Conformance(t *testing.T) {
-	t.Parallel()
-	storetest.Run(t, func(t *testing.T) server.Store { return setupSQLite(t).store })
-}
-
 func TestSQLiteStore_MigrateTwiceAndConcurrently(t *testing.T) {
 	t.Parallel()
 	b := setupSQLite(t)
-	require.NoError(t, b.store.Migrate(b.ctx), "second Migrate")
-
-	// Several processes' worth of pools migrating one new file at once.
-	path := filepath.Join(t.TempDir(), "race.db")
-	const n = 6
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			db, err := server.OpenSQLite(b.ctx, path)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			defer db.Close()
-			store, err := server.NewSQLiteStore(db, nil)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			errs[i] = store.Migrate(b.ctx)
-		}()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		require.NoError(t, err, "Migrate %d", i)
-	}
-	db, err := server.OpenSQLite(b.ctx, path)
-	require.NoError(t, err)
-	defer db.Close()
-	var count, version int
-	require.NoError(t, db.QueryRowContext(b.ctx, "SELECT count(*), max(version) FROM idempotency_migrations").Scan(&count, &version))
-	require.Equal(t, 1, count, "each migration is recorded once")
-	require.Equal(t, 1, version)
+	path := filepath.Join(t.TempDir(), "race.db") // one new file for several processes' worth of pools
+	storetest.RunMigrations(t, b.ctx, b.store, 6, func(ctx context.Context) (storetest.Migrator, func(), error) {
+		db, err := sqlitestore.Open(ctx, path)
+		if err != nil {
+			return nil, nil, err
+		}
+		store, err := sqlitestore.New(db, nil)
+		if err != nil {
+			return nil, nil, errors.Join(err, db.Close())
+		}
+		return store, func() { _ = db.Close() }, nil
+	}, func(ctx context.Context) (count, version int, err error) {
+		db, err := sqlitestore.Open(ctx, path)
+		if err != nil {
+			return 0, 0, err
+		}
+		defer db.Close()
+		err = db.QueryRowContext(ctx, "SELECT count(*), max(version) FROM idempotency_migrations").Scan(&count, &version)
+		return count, version, err
+	}, 1)
 }
 
 func TestOpenSQLite_Pragmas(t *testing.T) {
@@ -108,59 +88,46 @@ func TestOpenSQLite_Pragmas(t *testing.T) {
 
 func TestOpenSQLite_EmptyPath(t *testing.T) {
 	t.Parallel()
-	_, err := server.OpenSQLite(context.Background(), "")
+	_, err := sqlitestore.Open(context.Background(), "")
 	require.Error(t, err)
 }
 
 func TestNewSQLiteStore_Validate(t *testing.T) {
 	t.Parallel()
-	_, err := server.NewSQLiteStore(nil, nil)
+	_, err := sqlitestore.New(nil, nil)
 	require.ErrorContains(t, err, "db is nil")
 	b := setupSQLite(t)
-	_, err = server.NewSQLiteStore(b.db, &server.SQLiteConfig{SweepChunkSize: -1})
+	_, err = sqlitestore.New(b.db, &sqlitestore.Config{SweepChunkSize: -1})
 	require.ErrorContains(t, err, "SweepChunkSize")
-	_, err = server.NewSQLiteStore(b.db, &server.SQLiteConfig{BusyTimeout: -time.Second})
-	require.ErrorContains(t, err, "BusyTimeout")
 
-	cfg := (*server.SQLiteConfig)(nil).WithDefaults()
-	require.Equal(t, server.SweepChunkSizeDefault, cfg.SweepChunkSize)
-	require.Equal(t, server.SQLiteBusyTimeoutDefault, cfg.BusyTimeout)
+	cfg := (*sqlitestore.Config)(nil).WithDefaults()
+	require.Equal(t, 1000, cfg.SweepChunkSize)
+	require.NotNil(t, cfg.Logger)
 }
 
 func TestSQLiteStore_TxHandleIsSQLTx(t *testing.T) {
 	t.Parallel()
 	b := setupSQLite(t)
-	tx, err := b.store.BeginTx(b.ctx, storetest.LockTimeout)
-	require.NoError(t, err)
-	defer tx.Rollback(b.ctx)
-	sqlTx, ok := tx.Handle().(*sql.Tx)
-	require.True(t, ok, "Handle: got %T want *sql.Tx", tx.Handle())
-
-	// The handler's effect and the claim commit together.
-	_, err = sqlTx.ExecContext(b.ctx, "CREATE TABLE payments (id INTEGER PRIMARY KEY, amount INTEGER NOT NULL) STRICT")
-	require.NoError(t, err)
-	now := time.Now()
-	sc := server.Scope{Principal: "p", Endpoint: "POST /payments", Key: "k"}
-	req := server.ClaimRequest{Scope: sc, Fingerprint: []byte{1}, FingerprintVersion: 1, Now: now,
-		ExpiresAt: now.Add(time.Hour), LockedUntil: now.Add(time.Second)}
-	res, err := tx.Claim(b.ctx, req)
-	require.NoError(t, err)
-	require.True(t, res.Acquired)
-	_, err = sqlTx.ExecContext(b.ctx, "INSERT INTO payments (amount) VALUES (4000)")
-	require.NoError(t, err)
-	require.NoError(t, tx.Rollback(b.ctx))
-
-	_, err = b.store.Get(b.ctx, sc, now)
-	require.ErrorIs(t, err, server.ErrNotFound)
-	var n int
-	require.Error(t, b.db.QueryRowContext(b.ctx, "SELECT count(*) FROM payments").Scan(&n), "the rolled-back table must not exist")
+	storetest.RunTxEffectRollsBack(t, b.ctx, b.store, func(ctx context.Context, handle any) error {
+		sqlTx, ok := handle.(*sql.Tx)
+		require.True(t, ok, "Handle: got %T want *sql.Tx", handle)
+		// The handler's effect and the claim commit together.
+		if _, err := sqlTx.ExecContext(ctx, "CREATE TABLE payments (id INTEGER PRIMARY KEY, amount INTEGER NOT NULL) STRICT"); err != nil {
+			return err
+		}
+		_, err := sqlTx.ExecContext(ctx, "INSERT INTO payments (amount) VALUES (4000)")
+		return err
+	}, func(t *testing.T) {
+		var n int
+		require.Error(t, b.db.QueryRowContext(b.ctx, "SELECT count(*) FROM payments").Scan(&n), "the rolled-back table must not exist")
+	})
 }
 
 // holdWriteLock starts a write transaction on a second pool on the same file,
 // as another process would, and returns a function that ends it.
 func holdWriteLock(t *testing.T, b *sqliteBundle) func() {
 	t.Helper()
-	other, err := server.OpenSQLite(b.ctx, b.path)
+	other, err := sqlitestore.Open(b.ctx, b.path)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = other.Close() })
 	conn, err := other.Conn(b.ctx)
@@ -219,7 +186,7 @@ func TestSQLiteStore_BusyIsErrStoreBusy(t *testing.T) {
 		db, err := sql.Open("sqlite", "file:"+b.path+"?_pragma=busy_timeout(100)&_pragma=journal_mode(WAL)")
 		require.NoError(t, err)
 		defer db.Close()
-		store, err := server.NewSQLiteStore(db, nil)
+		store, err := sqlitestore.New(db, nil)
 		require.NoError(t, err)
 		now := time.Now()
 		req := server.ClaimRequest{Scope: server.Scope{Principal: "p", Endpoint: "e", Key: "k"}, Fingerprint: []byte{1},
@@ -243,7 +210,7 @@ func TestSQLiteStore_CorruptFile(t *testing.T) {
 		} {
 			path := filepath.Join(t.TempDir(), name+".db")
 			require.NoError(t, os.WriteFile(path, garbage, 0o600))
-			db, err := server.OpenSQLite(ctx, path)
+			db, err := sqlitestore.Open(ctx, path)
 			require.Error(t, err, "%s: OpenSQLite of garbage must fail", name)
 			require.Nil(t, db)
 			require.ErrorIs(t, err, server.ErrStoreUnavailable, "%s", name)
@@ -276,14 +243,14 @@ func TestSQLiteStore_CorruptFile(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, f.Close())
 
-		db, err := server.OpenSQLite(ctx, b.path)
+		db, err := sqlitestore.Open(ctx, b.path)
 		if err != nil {
 			t.Logf("OpenSQLite: %v", err)
 			require.ErrorIs(t, err, server.ErrStoreUnavailable)
 			return
 		}
 		defer db.Close()
-		store, err := server.NewSQLiteStore(db, nil)
+		store, err := sqlitestore.New(db, nil)
 		require.NoError(t, err)
 		err = store.Migrate(ctx)
 		if err == nil {
@@ -296,7 +263,7 @@ func TestSQLiteStore_CorruptFile(t *testing.T) {
 	t.Run("Unopenable", func(t *testing.T) {
 		t.Parallel()
 		path := filepath.Join(t.TempDir(), "missing-dir", "idem.db")
-		db, err := server.OpenSQLite(ctx, path)
+		db, err := sqlitestore.Open(ctx, path)
 		require.Error(t, err)
 		require.Nil(t, db)
 		require.ErrorIs(t, err, server.ErrStoreUnavailable)
@@ -310,4 +277,15 @@ func bytesOf(n int, b byte) []byte {
 		out[i] = b
 	}
 	return out
+}
+
+func TestStore_Stats(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	storetest.RunStats(t, b.ctx, b.store)
+}
+
+func TestSQLiteStore_Conformance(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) server.Store { return setupSQLite(t).store })
 }

@@ -1,4 +1,4 @@
-package server_test
+package sqlitestore_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // errInjected is the failure faultConnector gives the statements it is
@@ -188,14 +189,14 @@ func (h *logRecords) errorsLogged(level slog.Level) []error {
 // faultStore is a migrated SQLite store on a one-connection pool of
 // faultConnector, so that a connection returned to the pool is the one the
 // next call gets.
-func faultStore(t *testing.T) (context.Context, *faultConnector, *sql.DB, *server.SQLiteStore, *logRecords) {
+func faultStore(t *testing.T) (context.Context, *faultConnector, *sql.DB, *sqlitestore.Store, *logRecords) {
 	t.Helper()
 	fc := newFaultConnector(t)
 	db := sql.OpenDB(fc)
 	t.Cleanup(func() { _ = db.Close() })
 	db.SetMaxOpenConns(1)
 	logs := &logRecords{}
-	store, err := server.NewSQLiteStore(db, &server.SQLiteConfig{Logger: slog.New(logs)})
+	store, err := sqlitestore.New(db, &sqlitestore.Config{Logger: slog.New(logs)})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)

@@ -1,8 +1,9 @@
-package server
+package sqlstore
 
 import (
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -25,7 +26,7 @@ func TestEncodeHeader(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := encodeHeader(tt.h)
+			got, err := EncodeHeader(tt.h)
 			require.NoError(t, err)
 			require.Equal(t, tt.want, string(got))
 		})
@@ -35,7 +36,7 @@ func TestEncodeHeader(t *testing.T) {
 func TestEncodeHeader_BadName(t *testing.T) {
 	t.Parallel()
 	for _, name := range []string{"X-\xff", "X-\x00"} {
-		_, err := encodeHeader(http.Header{name: {"v"}})
+		_, err := EncodeHeader(http.Header{name: {"v"}})
 		require.ErrorIs(t, err, errHeaderName, "name %q", name)
 	}
 }
@@ -59,7 +60,7 @@ func TestDecodeHeader(t *testing.T) {
 		{`{"A":[{"b64":1}]}`, nil, true},
 		{`{`, nil, true},
 	} {
-		got, err := decodeHeader([]byte(tt.in))
+		got, err := DecodeHeader([]byte(tt.in))
 		if tt.wantErr {
 			require.Error(t, err, "decode %q", tt.in)
 			continue
@@ -81,29 +82,56 @@ func FuzzResponseEncoding(f *testing.F) {
 	f.Add("", "", "", []byte(`null`))
 	f.Fuzz(func(t *testing.T, name, v1, v2 string, stored []byte) {
 		h := http.Header{name: {v1, v2}, "Content-Type": {v2}}
-		enc, err := encodeHeader(h)
+		enc, err := EncodeHeader(h)
 		if err != nil {
 			require.ErrorIs(t, err, errHeaderName)
 			require.False(t, textSafe(name))
 		} else {
-			got, err := decodeHeader(enc)
+			got, err := DecodeHeader(enc)
 			require.NoError(t, err, "decode %q", enc)
 			require.Equal(t, h, got)
 		}
 
 		// Arbitrary stored bytes: an error or a header that encodes again
 		// to a fixed point.
-		dec, err := decodeHeader(stored)
+		dec, err := DecodeHeader(stored)
 		if err != nil {
 			return
 		}
-		enc, err = encodeHeader(dec)
+		enc, err = EncodeHeader(dec)
 		if err != nil {
 			require.ErrorIs(t, err, errHeaderName)
 			return
 		}
-		again, err := decodeHeader(enc)
+		again, err := DecodeHeader(enc)
 		require.NoError(t, err)
 		require.Equal(t, dec, again)
 	})
+}
+
+func TestConfigWithDefaults(t *testing.T) {
+	t.Parallel()
+	type cfg struct {
+		N int
+		S string
+		D []string
+	}
+	defaults := cfg{N: 3, S: "s", D: []string{"d"}}
+	require.Equal(t, &defaults, ConfigWithDefaults(nil, defaults), "nil is all defaults")
+	in := &cfg{N: 7}
+	require.Equal(t, &cfg{N: 7, S: "s", D: []string{"d"}}, ConfigWithDefaults(in, defaults), "set fields are kept")
+	require.Equal(t, &cfg{N: 7}, in, "the receiver is not modified")
+}
+
+func TestCheckNotNegative(t *testing.T) {
+	t.Parallel()
+	type cfg struct {
+		N int
+		D time.Duration
+		S string
+	}
+	require.NoError(t, CheckNotNegative("p: Config", &cfg{}))
+	err := CheckNotNegative("p: Config", &cfg{N: -1, D: -time.Second})
+	require.ErrorContains(t, err, "p: Config.N must not be negative, got -1")
+	require.ErrorContains(t, err, "p: Config.D must not be negative, got -1s", "every field is named")
 }

@@ -1,4 +1,4 @@
-package server
+package sweeper
 
 import (
 	"bytes"
@@ -13,16 +13,19 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // swSQLiteStore returns a migrated SQLite store on a fresh file.
-func swSQLiteStore(t *testing.T) *SQLiteStore {
+func swSQLiteStore(t *testing.T) *sqlitestore.Store {
 	t.Helper()
 	ctx := context.Background()
-	db, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "sweep.db"))
+	db, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "sweep.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
-	store, err := NewSQLiteStore(db, &SQLiteConfig{SweepChunkSize: 2})
+	store, err := sqlitestore.New(db, &sqlitestore.Config{SweepChunkSize: 2})
 	require.NoError(t, err)
 	require.NoError(t, store.Migrate(ctx))
 	return store
@@ -65,27 +68,27 @@ func TestSweeper_DeletesExpiredRecords(t *testing.T) {
 	store := swSQLiteStore(t)
 	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	for i := range 5 {
-		res, err := store.Claim(ctx, ClaimRequest{
-			Scope:       Scope{Principal: "p", Endpoint: "e", Key: fmt.Sprint("expired-", i)},
+		res, err := store.Claim(ctx, server.ClaimRequest{
+			Scope:       server.Scope{Principal: "p", Endpoint: "e", Key: fmt.Sprint("expired-", i)},
 			Fingerprint: []byte{1}, FingerprintVersion: 1,
 			Now: t0, ExpiresAt: t0.Add(time.Minute), LockedUntil: t0.Add(time.Second),
 		})
 		require.NoError(t, err)
 		require.True(t, res.Acquired)
 	}
-	live := Scope{Principal: "p", Endpoint: "e", Key: "live"}
-	_, err := store.Claim(ctx, ClaimRequest{Scope: live, Fingerprint: []byte{1}, FingerprintVersion: 1,
+	live := server.Scope{Principal: "p", Endpoint: "e", Key: "live"}
+	_, err := store.Claim(ctx, server.ClaimRequest{Scope: live, Fingerprint: []byte{1}, FingerprintVersion: 1,
 		Now: t0, ExpiresAt: t0.Add(time.Hour), LockedUntil: t0.Add(time.Second)})
 	require.NoError(t, err)
 	// Expired 30 s before the sweep: inside the grace, so it stays.
-	justExpired := Scope{Principal: "p", Endpoint: "e", Key: "just-expired"}
-	_, err = store.Claim(ctx, ClaimRequest{Scope: justExpired, Fingerprint: []byte{1}, FingerprintVersion: 1,
+	justExpired := server.Scope{Principal: "p", Endpoint: "e", Key: "just-expired"}
+	_, err = store.Claim(ctx, server.ClaimRequest{Scope: justExpired, Fingerprint: []byte{1}, FingerprintVersion: 1,
 		Now: t0, ExpiresAt: t0.Add(90 * time.Second), LockedUntil: t0.Add(time.Second)})
 	require.NoError(t, err)
 
 	// The injected clock is two minutes after the claims.
 	now := t0.Add(2 * time.Minute)
-	sw := startSweeper(store, &SweeperConfig{Interval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)},
+	sw := start(store, &Config{Interval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)},
 		func() time.Time { return now })
 	t.Cleanup(func() { _ = sw.Close() })
 
@@ -114,7 +117,7 @@ func TestSweeper_LogsFailures(t *testing.T) {
 	require.NoError(t, store.DB().Close()) // every Sweep now fails
 
 	var log swLog
-	sw := StartSweeper(store, &SweeperConfig{Interval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	sw := Start(store, &Config{Interval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	t.Cleanup(func() { _ = sw.Close() })
 	swEventually(t, "a logged sweep failure", func() bool { return strings.Contains(log.String(), "sweep of expired idempotency records failed") })
 	require.Contains(t, log.String(), "database is closed")
@@ -123,11 +126,11 @@ func TestSweeper_LogsFailures(t *testing.T) {
 
 func TestSweeperConfig_WithDefaults(t *testing.T) {
 	t.Parallel()
-	cfg := (*SweeperConfig)(nil).WithDefaults()
-	require.Equal(t, SweeperIntervalDefault, cfg.Interval)
+	cfg := (*Config)(nil).WithDefaults()
+	require.Equal(t, intervalDefault, cfg.Interval)
 	require.Same(t, slog.Default(), cfg.Logger)
 
-	custom := &SweeperConfig{Interval: time.Second}
+	custom := &Config{Interval: time.Second}
 	got := custom.WithDefaults()
 	require.Equal(t, time.Second, got.Interval)
 	require.Nil(t, custom.Logger, "WithDefaults returns a copy")

@@ -1,4 +1,9 @@
-package server
+// Package sweeper deletes expired idempotency records in the background,
+// from any server.Store:
+//
+//	sw := sweeper.Start(store, nil) // once at once, then every minute
+//	defer sw.Close()
+package sweeper
 
 import (
 	"cmp"
@@ -7,25 +12,26 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idemkit/server"
 )
 
-// SweeperIntervalDefault is the default time between two sweeps.
-const SweeperIntervalDefault = time.Minute
+// intervalDefault is the default time between two sweeps.
+const intervalDefault = time.Minute
 
-// SweeperGraceDefault is the default SweeperConfig.Grace.
-const SweeperGraceDefault = time.Minute
+// graceDefault is the default Config.Grace.
+const graceDefault = time.Minute
 
-// SweeperConfig configures a Sweeper. The zero value is valid.
-type SweeperConfig struct {
-	// Interval is the time between two sweeps. Defaults to
-	// SweeperIntervalDefault (1m).
+// Config configures a Sweeper. The zero value is valid.
+type Config struct {
+	// Interval is the time between two sweeps. Defaults to 1m.
 	Interval time.Duration
 	// Grace is how long after its expiry a record is kept: a sweep deletes
 	// only records that expired at least Grace ago. A request that read the
 	// clock just before its key expired (a replay of a live record) must
 	// not find the record deleted under it by the time its claim runs, or
 	// the claim would insert a fresh record and run the handler again.
-	// Defaults to SweeperGraceDefault (1m).
+	// Defaults to 1m.
 	Grace time.Duration
 	// Logger receives a debug line per sweep that deleted rows and a warning
 	// per failed sweep. Defaults to slog.Default().
@@ -34,13 +40,13 @@ type SweeperConfig struct {
 
 // WithDefaults returns a copy of c with every zero field set to its default.
 // It is safe to call on a nil receiver.
-func (c *SweeperConfig) WithDefaults() *SweeperConfig {
-	var out SweeperConfig
+func (c *Config) WithDefaults() *Config {
+	var out Config
 	if c != nil {
 		out = *c
 	}
-	out.Interval = cmp.Or(out.Interval, SweeperIntervalDefault)
-	out.Grace = cmp.Or(out.Grace, SweeperGraceDefault)
+	out.Interval = cmp.Or(out.Interval, intervalDefault)
+	out.Grace = cmp.Or(out.Grace, graceDefault)
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}
@@ -50,8 +56,8 @@ func (c *SweeperConfig) WithDefaults() *SweeperConfig {
 // Sweeper runs Store.Sweep in the background: once when it starts, then every
 // Interval. Stop it with Close.
 type Sweeper struct {
-	store       Store
-	cfg         *SweeperConfig
+	store       server.Store
+	cfg         *Config
 	timeNowFunc func() time.Time
 
 	cancel    context.CancelFunc
@@ -59,21 +65,21 @@ type Sweeper struct {
 	closeOnce sync.Once
 }
 
-// StartSweeper starts a goroutine that deletes expired records from store,
+// Start starts a goroutine that deletes expired records from store,
 // once at once and then every cfg.Interval, until Close. cfg may be nil; a
 // negative Interval means the default.
-func StartSweeper(store Store, cfg *SweeperConfig) *Sweeper {
-	return startSweeper(store, cfg, time.Now)
+func Start(store server.Store, cfg *Config) *Sweeper {
+	return start(store, cfg, time.Now)
 }
 
-// startSweeper is StartSweeper with an injected clock, for tests.
-func startSweeper(store Store, cfg *SweeperConfig, now func() time.Time) *Sweeper {
+// start is Start with an injected clock, for tests.
+func start(store server.Store, cfg *Config, now func() time.Time) *Sweeper {
 	cfg = cfg.WithDefaults()
 	if cfg.Interval < 0 {
-		cfg.Interval = SweeperIntervalDefault
+		cfg.Interval = intervalDefault
 	}
 	if cfg.Grace < 0 {
-		cfg.Grace = SweeperGraceDefault
+		cfg.Grace = graceDefault
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Sweeper{store: store, cfg: cfg, timeNowFunc: now, cancel: cancel, done: make(chan struct{})}
@@ -114,22 +120,4 @@ func (s *Sweeper) Close() error {
 	s.closeOnce.Do(s.cancel)
 	<-s.done
 	return nil
-}
-
-// StoreStats describes the size of a store, for the metrics an operator
-// watches: the row count should stay roughly flat at request rate times the
-// retention window, the sweep backlog near zero, and the oldest live record
-// no older than the window.
-type StoreStats struct {
-	// Rows is the number of rows, including expired rows the sweeper has not
-	// deleted yet.
-	Rows int64
-	// Expired is the number of rows whose ExpiresAt is not after now: the
-	// sweep backlog.
-	Expired int64
-	// InProgress is the number of live rows in StateInProgress.
-	InProgress int64
-	// OldestCreatedAt is the CreatedAt of the oldest live row; zero when
-	// there is none.
-	OldestCreatedAt time.Time
 }

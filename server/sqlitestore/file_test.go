@@ -1,4 +1,4 @@
-package server_test
+package sqlitestore_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // Replacing (or restoring) the SQLite file under a running store: the old
@@ -19,7 +20,7 @@ func TestSQLiteStore_ReplacedFileFailsClosed(t *testing.T) {
 	t.Parallel()
 	b := setupSQLite(t)
 	now := time.Now()
-	sc := server.Scope{Principal: "p", Endpoint: server.EndpointAny, Key: "k"}
+	sc := server.Scope{Principal: "p", Endpoint: "*", Key: "k"}
 	req := server.ClaimRequest{Scope: sc, Fingerprint: []byte{1}, FingerprintVersion: 1, Now: now,
 		ExpiresAt: now.Add(time.Hour), LockedUntil: now.Add(time.Minute)}
 	res, err := b.store.Claim(b.ctx, req)
@@ -28,26 +29,26 @@ func TestSQLiteStore_ReplacedFileFailsClosed(t *testing.T) {
 
 	// A restored backup: another, empty database renamed over the file.
 	restored := filepath.Join(t.TempDir(), "restored.db")
-	db2, err := server.OpenSQLite(b.ctx, restored)
+	db2, err := sqlitestore.Open(b.ctx, restored)
 	require.NoError(t, err)
-	st2, err := server.NewSQLiteStore(db2, nil)
+	st2, err := sqlitestore.New(db2, nil)
 	require.NoError(t, err)
 	require.NoError(t, st2.Migrate(b.ctx))
 	require.NoError(t, db2.Close())
 	require.NoError(t, os.Rename(restored, b.path))
 
 	_, err = b.store.Claim(b.ctx, req)
-	require.ErrorIs(t, err, server.ErrStoreReplaced)
+	require.ErrorIs(t, err, sqlitestore.ErrFileReplaced)
 	require.ErrorIs(t, err, server.ErrStoreUnavailable)
 	_, err = b.store.Get(b.ctx, sc, now)
-	require.ErrorIs(t, err, server.ErrStoreReplaced)
-	require.ErrorIs(t, b.store.Complete(b.ctx, sc, res.Token, now, &server.StoredResponse{Status: 201}), server.ErrStoreReplaced)
+	require.ErrorIs(t, err, sqlitestore.ErrFileReplaced)
+	require.ErrorIs(t, b.store.Complete(b.ctx, sc, res.Token, now, &server.StoredResponse{Status: 201}), sqlitestore.ErrFileReplaced)
 	_, err = b.store.BeginTx(b.ctx, 0)
-	require.ErrorIs(t, err, server.ErrStoreReplaced)
+	require.ErrorIs(t, err, sqlitestore.ErrFileReplaced)
 
 	require.NoError(t, os.Remove(b.path))
 	_, err = b.store.Get(b.ctx, sc, now)
-	require.ErrorIs(t, err, server.ErrStoreReplaced, "a deleted file fails closed too")
+	require.ErrorIs(t, err, sqlitestore.ErrFileReplaced, "a deleted file fails closed too")
 }
 
 // A claim that waits for SQLite's single writer gets its whole lease from
@@ -61,7 +62,7 @@ func TestSQLiteStore_LeaseStartsWhenClaimAcquired(t *testing.T) {
 	t.Cleanup(func() { timer.Stop() })
 
 	now := time.Now()
-	sc := server.Scope{Principal: "p", Endpoint: server.EndpointAny, Key: "queued"}
+	sc := server.Scope{Principal: "p", Endpoint: "*", Key: "queued"}
 	lease := 50 * time.Millisecond
 	res, err := b.store.Claim(context.Background(), server.ClaimRequest{Scope: sc, Fingerprint: []byte{1}, FingerprintVersion: 1,
 		Now: now, ExpiresAt: now.Add(time.Hour), LockedUntil: now.Add(lease)})

@@ -1,4 +1,4 @@
-package server
+package sqlstore
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 // UTF-8 or contains NUL, is stored as {"b64":"<standard base64>"} instead of a
 // string, so that every value round-trips byte for byte.
 
-// errHeaderName is returned by encodeHeader for a header name that cannot be
+// errHeaderName is returned by EncodeHeader for a header name that cannot be
 // stored.
 var errHeaderName = errors.New("idemkit/server: header name is not valid UTF-8 or contains NUL")
 
@@ -27,10 +27,10 @@ type headerBinaryValue struct {
 	B64 string `json:"b64"`
 }
 
-// encodeHeader returns the stored JSON form of h. A nil or empty header
+// EncodeHeader returns the stored JSON form of h. A nil or empty header
 // encodes as {}. It fails only for a header name that is not valid UTF-8 or
 // contains NUL; net/http never sends such a name.
-func encodeHeader(h http.Header) ([]byte, error) {
+func EncodeHeader(h http.Header) ([]byte, error) {
 	names := make([]string, 0, len(h))
 	for name := range h {
 		if !textSafe(name) {
@@ -68,10 +68,10 @@ func encodeHeader(h http.Header) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// decodeHeader parses the stored JSON form of a header. It never panics; bad
+// DecodeHeader parses the stored JSON form of a header. It never panics; bad
 // input is an error. Empty input or JSON null decode as an empty header. The
 // result is never nil.
-func decodeHeader(b []byte) (http.Header, error) {
+func DecodeHeader(b []byte) (http.Header, error) {
 	h := make(http.Header)
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || bytes.Equal(b, []byte("null")) {
@@ -124,53 +124,3 @@ func writeJSON(buf *bytes.Buffer, v any) error {
 	buf.Truncate(buf.Len() - 1)
 	return nil
 }
-
-// validateScope returns an error naming the empty field of s.
-func validateScope(s Scope) error {
-	switch {
-	case s.Principal == "":
-		return errors.New("idemkit/server: Scope.Principal is empty")
-	case s.Endpoint == "":
-		return errors.New("idemkit/server: Scope.Endpoint is empty")
-	case s.Key == "":
-		return errors.New("idemkit/server: Scope.Key is empty")
-	}
-	return nil
-}
-
-// validateClaimRequest returns an error naming the first invalid field of req.
-func validateClaimRequest(req ClaimRequest) error {
-	if err := validateScope(req.Scope); err != nil {
-		return err
-	}
-	switch {
-	case len(req.Fingerprint) == 0:
-		return errors.New("idemkit/server: ClaimRequest.Fingerprint is empty")
-	case req.Now.IsZero():
-		return errors.New("idemkit/server: ClaimRequest.Now is zero")
-	case !req.ExpiresAt.After(req.Now):
-		return errors.New("idemkit/server: ClaimRequest.ExpiresAt must be after Now")
-	case req.LockedUntil.IsZero():
-		return errors.New("idemkit/server: ClaimRequest.LockedUntil is zero")
-	}
-	return nil
-}
-
-// validateResponse returns an error if resp cannot be stored.
-func validateResponse(resp *StoredResponse) error {
-	switch {
-	case resp == nil:
-		return errors.New("idemkit/server: StoredResponse is nil")
-	case resp.Status < 100 || resp.Status > 999:
-		return fmt.Errorf("idemkit/server: StoredResponse.Status %d is not an HTTP status", resp.Status)
-	}
-	return nil
-}
-
-// claimAttemptsMax bounds how often a claim is retried when the live row
-// that blocked it vanished (released) before it could be read.
-const claimAttemptsMax = 4
-
-// errClaimRetriesExhausted is wrapped in ErrStoreBusy when a scope keeps
-// changing under a claim.
-var errClaimRetriesExhausted = fmt.Errorf("claim of a scope that kept changing gave up after %d attempts", claimAttemptsMax)

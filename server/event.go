@@ -1,0 +1,73 @@
+package server
+
+import "time"
+
+// Outcome says what the middleware did with a request.
+type Outcome string
+
+const (
+	// OutcomeExecuted: the handler ran and its response was stored.
+	OutcomeExecuted Outcome = "executed"
+	// OutcomeReplayed: a stored response was sent; the handler did not run.
+	OutcomeReplayed Outcome = "replayed"
+	// OutcomeConflict: 409, another attempt with the key is in progress.
+	OutcomeConflict Outcome = "conflict"
+	// OutcomeMismatch: 422, the key was used with a different request.
+	OutcomeMismatch Outcome = "mismatch"
+	// OutcomeRejected: 400, 401, 413 or 429 (a quota) before any claim.
+	OutcomeRejected Outcome = "rejected"
+	// OutcomeReleased: the handler ran, its response was sent and nothing
+	// was stored: the claim was released (or rolled back), so a retry runs
+	// the handler again. The handler answered 5xx or panicked (Status 500),
+	// or its response is one the middleware does not store: a status that
+	// says nothing happened yet (404, 405, 408, 409, 425, 429), or one the
+	// handler marked with MarkNotStored.
+	OutcomeReleased Outcome = "released"
+	// OutcomeStoreError: 503, the store failed; the handler did not run, or
+	// (transactional mode) its effect was rolled back.
+	OutcomeStoreError Outcome = "store_error"
+	// OutcomeUnknown: 503 outcome-unknown; the middleware cannot tell
+	// whether the result was applied or stored (a COMMIT whose answer was
+	// lost, a lease lost while the handler ran). A retry with the same key
+	// finds out.
+	OutcomeUnknown Outcome = "unknown"
+	// OutcomeCanceled: the request's context ended before the key was
+	// claimed (the client went away), or the handler then returned without
+	// writing anything; nothing is stored and nothing is held.
+	OutcomeCanceled Outcome = "canceled"
+)
+
+// Event describes one keyed request, for Config.OnEventFunc.
+type Event struct {
+	// Scope is the request's scope; empty for requests rejected before it
+	// was known.
+	Scope   Scope
+	Outcome Outcome
+	// Status is the status sent to the client.
+	Status int
+	// Token is the fencing token of the claim the handler ran under.
+	Token int64
+	// TakenOver is true when the claim took over a lapsed lease.
+	TakenOver bool
+	// Err is the error behind the outcome, if any: the store error, a lost
+	// lease, the PrincipalFunc error, a key error, a recovered panic.
+	Err error
+	// Duration is the time the middleware spent on the request.
+	Duration time.Duration
+	// ClaimDuration is how long the claim call took; 0 when the request
+	// made none (rejected before, or answered by a read).
+	ClaimDuration time.Duration
+	// Released is true when a claim the request made was released, or its
+	// transaction rolled back, so that a retry runs the handler again: after
+	// a 5xx, a panic, a response that is not stored, or a gone client.
+	Released bool
+	// LeaseLost counts the store's refusals of this request's completion,
+	// release or lease extension because its fencing token was no longer
+	// current, and the leases that ran out while the handler ran.
+	LeaseLost int
+	// StoreErrors lists, in order, the operation of every store call of
+	// the request that failed other than by a lost lease: "claim", "begin",
+	// "get", "get_legacy", "usage", "quota" (a refusal by quota),
+	// "complete", "commit", "release", "extend_lease".
+	StoreErrors []string
+}

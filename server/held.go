@@ -1,0 +1,139 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// heldClaim is a claim the middleware holds while the handler runs: a lease
+// (lease mode) or an open transaction (transactional mode). The handler's
+// outcome ends it one of two ways: finish stores the response, abandon frees
+// the key so that a retry runs the handler again.
+type heldClaim interface {
+	// finish stores resp for the claim: the lease-mode completion, or the
+	// transaction's completion and COMMIT.
+	finish(ctx context.Context, r *http.Request, resp *StoredResponse) error
+	// abandon frees the claim and stores nothing: the lease is released,
+	// the transaction (and the handler's effect in it) rolled back.
+	abandon(ctx context.Context, r *http.Request)
+	// lostErr returns why the claim was lost while the handler ran (a
+	// lease taken over or run out), or nil.
+	lostErr() error
+	// effectSurvivesFailure reports whether the handler's effect stands
+	// when finish fails: a lease-mode effect lives outside the store, so
+	// the response is sent anyway; a transaction's rolled back with it.
+	effectSurvivesFailure() bool
+	// answerFailure answers a request whose finish failed with err, unless
+	// the effect survives failure, and reports whether it answered.
+	answerFailure(w http.ResponseWriter, r *http.Request, rec *recorder, err error) bool
+	// end stops what the claim runs in the background and gives back what
+	// it holds; a no-op once the claim was finished or abandoned.
+	end()
+}
+
+// Problem details shared by several answers.
+const (
+	detailCanceled = "The request was canceled before it was processed; nothing was applied. Retry with the same Idempotency-Key."
+	detailInFlight = "A request with this Idempotency-Key is still being processed. Retry after the delay in Retry-After."
+)
+
+// runHeld runs next under held, buffering its response, and ends the claim
+// by the handler's outcome: stored and sent, or abandoned. reqCtx is the
+// request's own context (r's may be the handler's, which a lost lease
+// cancels), cleanup the same without its cancellation.
+func (m *Middleware) runHeld(w http.ResponseWriter, r *http.Request, reqCtx, cleanup context.Context, next http.Handler, held heldClaim, ev *Event) {
+	rec := newRecorder(w, m.cfg.MaxResponseBytes)
+	// A body over MaxResponseBytes is not stored, so buffering it buys
+	// nothing: the outcome is stored without the body as soon as the body
+	// grows past the cap, and the rest streams. In transactional mode the
+	// transaction is closed from then on: write the response after the
+	// effect.
+	var (
+		finished  bool
+		finishErr error
+	)
+	rec.overflowFunc = func() bool {
+		status, _ := rec.result()
+		if !m.stores(r, status) {
+			return false // keep buffering; the claim will be abandoned
+		}
+		finished = true
+		finishErr = held.finish(cleanup, r, m.storedResponse(rec, true))
+		return finishErr == nil || held.effectSurvivesFailure()
+	}
+	handlerStart := time.Now()
+	pv, panicked := runHandler(next, rec, r)
+	m.durations.observe(routeKey(r, ev.Scope), time.Since(handlerStart))
+
+	if panicked {
+		if rec.streaming {
+			// The status and part of the body are out and the record says
+			// completed: all that is left is to cut the response short.
+			m.cfg.Logger.LogAttrs(reqCtx, slog.LevelError, "idemkit: handler panicked after its response started streaming",
+				scopeAttrs(ev.Scope, slog.Any("panic", pv))...)
+			panic(http.ErrAbortHandler)
+		}
+		held.abandon(cleanup, r)
+		m.panicked(w, r, ev, pv)
+		return
+	}
+	if !rec.wrote() && reqCtx.Err() != nil {
+		// The handler gave up on a client that is gone and answered nothing:
+		// no outcome to store. Storing an empty 200 would replay success to
+		// the retry; free the key so that the retry runs the handler.
+		held.abandon(cleanup, r)
+		m.canceledInHandler(w, r, ev, reqCtx.Err())
+		return
+	}
+	if lost := held.lostErr(); lost != nil && !rec.wrote() {
+		// The handler stopped because its lease was lost: whatever it did
+		// is unknown, and the claim is (or will be) another attempt's, which
+		// is told so. Store nothing and release nothing.
+		held.end()
+		m.outcomeUnknown(w, r, ev, lost, "The request's claim was lost while it was being processed, so its outcome is unknown. Retry with the same Idempotency-Key: the retry reconciles and answers the outcome.")
+		return
+	}
+	status, _ := rec.result()
+	ev.Status = status
+	if rec.streaming {
+		ev.Outcome, ev.Err = OutcomeExecuted, finishErr // stored at the overflow
+		return
+	}
+	if !m.stores(r, status) {
+		held.abandon(cleanup, r)
+		ev.Outcome = OutcomeReleased
+		rec.send(nil)
+		return
+	}
+	if !finished {
+		finishErr = held.finish(cleanup, r, m.storedResponse(rec, rec.overflowed))
+	}
+	if finishErr != nil && held.answerFailure(w, r, rec, finishErr) {
+		return
+	}
+	ev.Outcome, ev.Err = OutcomeExecuted, finishErr
+	rec.send(nil)
+}
+
+// The lease is the heldClaim of lease mode.
+
+func (l *lease) finish(ctx context.Context, r *http.Request, resp *StoredResponse) error {
+	return l.complete(ctx, r, resp)
+}
+
+func (l *lease) abandon(ctx context.Context, r *http.Request) {
+	l.stop()
+	l.m.release(ctx, r, l.ev, l.token)
+}
+
+func (l *lease) effectSurvivesFailure() bool { return true }
+
+// answerFailure answers nothing: the handler's effect happened, and
+// complete has logged why its outcome could not be stored.
+func (l *lease) answerFailure(http.ResponseWriter, *http.Request, *recorder, error) bool {
+	return false
+}
+
+func (l *lease) end() { l.stop() }

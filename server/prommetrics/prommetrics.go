@@ -1,0 +1,124 @@
+// Package prommetrics exports the idempotency middleware's Prometheus
+// metrics, built on its event hook (server.Config.OnEventFunc), so that a
+// server that does not use Prometheus links none of it.
+//
+//	metrics, err := prommetrics.New(prometheus.DefaultRegisterer)
+//	m, err := server.New(store, &server.Config{
+//		PrincipalFunc: principal,
+//		OnEventFunc:   metrics.Observe,
+//	})
+//
+// The metrics, all with namespace idemkit and subsystem server:
+//
+//	idemkit_server_requests_total{outcome}   keyed requests by server.Outcome
+//	idemkit_server_claims_total              claims acquired (the handler ran)
+//	idemkit_server_replays_total             stored responses replayed
+//	idemkit_server_conflicts_total           409 in-flight answers
+//	idemkit_server_mismatches_total          422 key-reused answers
+//	idemkit_server_releases_total            claims released (or rolled back) after a 5xx, a panic or a response not stored
+//	idemkit_server_takeovers_total           lapsed leases taken over
+//	idemkit_server_lease_lost_total          completions, releases or extensions refused because the lease was lost
+//	idemkit_server_store_errors_total{op}    store errors by operation (see server.Event.StoreErrors)
+//	idemkit_server_claim_duration_seconds    latency of the claim call (histogram)
+package prommetrics
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemkit/idemkit/server"
+)
+
+// Metrics are the collectors of one middleware. Observe is its
+// server.Config.OnEventFunc.
+type Metrics struct {
+	requests    *prometheus.CounterVec
+	claims      prometheus.Counter
+	replays     prometheus.Counter
+	conflicts   prometheus.Counter
+	mismatches  prometheus.Counter
+	releases    prometheus.Counter
+	takeovers   prometheus.Counter
+	leaseLost   prometheus.Counter
+	storeErrors *prometheus.CounterVec
+	claimTime   prometheus.Histogram
+}
+
+// New returns the collectors, registered on reg. It fails if reg already
+// has them: one Metrics (and one middleware) per Registerer.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	if reg == nil {
+		return nil, errors.New("idemkit/server/prommetrics: New: reg is nil")
+	}
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "idemkit", Subsystem: "server", Name: name, Help: help})
+	}
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "idemkit", Subsystem: "server", Name: "requests_total",
+			Help: "Keyed requests by outcome.",
+		}, []string{"outcome"}),
+		claims:     counter("claims_total", "Claims acquired: the handler ran."),
+		replays:    counter("replays_total", "Stored responses replayed."),
+		conflicts:  counter("conflicts_total", "Requests answered 409 because the key was in flight."),
+		mismatches: counter("mismatches_total", "Requests answered 422 because the key was used with a different request."),
+		releases:   counter("releases_total", "Claims released (or rolled back) after a 5xx or a panic."),
+		takeovers:  counter("takeovers_total", "Lapsed leases taken over by a retry."),
+		leaseLost:  counter("lease_lost_total", "Completions, releases or extensions refused because the lease was lost."),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "idemkit", Subsystem: "server", Name: "store_errors_total",
+			Help: "Store errors by operation.",
+		}, []string{"op"}),
+		claimTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "idemkit", Subsystem: "server", Name: "claim_duration_seconds",
+			Help:    "Latency of the claim statement.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.claims, m.replays, m.conflicts, m.mismatches,
+		m.releases, m.takeovers, m.leaseLost, m.storeErrors, m.claimTime} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				return nil, fmt.Errorf("idemkit/server/prommetrics: metrics already registered (one middleware per Registerer): %w", err)
+			}
+			return nil, fmt.Errorf("idemkit/server/prommetrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Observe counts one request's event. Use it as server.Config.OnEventFunc,
+// or call it from yours.
+func (m *Metrics) Observe(_ *http.Request, e server.Event) {
+	m.requests.WithLabelValues(string(e.Outcome)).Inc()
+	if e.ClaimDuration > 0 {
+		m.claimTime.Observe(e.ClaimDuration.Seconds())
+	}
+	if e.Token != 0 {
+		m.claims.Inc()
+	}
+	if e.TakenOver {
+		m.takeovers.Inc()
+	}
+	switch e.Outcome {
+	case server.OutcomeReplayed:
+		m.replays.Inc()
+	case server.OutcomeConflict:
+		m.conflicts.Inc()
+	case server.OutcomeMismatch:
+		m.mismatches.Inc()
+	}
+	if e.Released {
+		m.releases.Inc()
+	}
+	if e.LeaseLost > 0 {
+		m.leaseLost.Add(float64(e.LeaseLost))
+	}
+	for _, op := range e.StoreErrors {
+		m.storeErrors.WithLabelValues(op).Inc()
+	}
+}

@@ -1,0 +1,97 @@
+package prommetrics_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/prommetrics"
+)
+
+// Each event is counted once per metric it concerns: the claims by their
+// token, the takeovers, replays, conflicts and mismatches by the outcome,
+// the releases, lost leases and failed store operations by the event's
+// fields, and the claim latency when a claim was made.
+func TestMetrics_Observe(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	met, err := prommetrics.New(reg)
+	require.NoError(t, err)
+	ms := time.Millisecond
+	for _, e := range []server.Event{
+		{Outcome: server.OutcomeExecuted, Status: 201, Token: 1, ClaimDuration: ms},
+		{Outcome: server.OutcomeExecuted, Status: 201, Token: 2, TakenOver: true, ClaimDuration: ms},
+		{Outcome: server.OutcomeReplayed, Status: 201, ClaimDuration: ms},
+		{Outcome: server.OutcomeConflict, Status: 409, ClaimDuration: ms},
+		{Outcome: server.OutcomeMismatch, Status: 422, ClaimDuration: ms},
+		{Outcome: server.OutcomeReleased, Status: 502, Token: 1, Released: true, LeaseLost: 1, ClaimDuration: ms},
+		{Outcome: server.OutcomeRejected, Status: 400},
+		{Outcome: server.OutcomeStoreError, Status: 503, StoreErrors: []string{"claim"}, ClaimDuration: ms},
+		{Outcome: server.OutcomeExecuted, Status: 201, Token: 1, StoreErrors: []string{"extend_lease", "extend_lease", "complete"}},
+	} {
+		met.Observe(nil, e)
+	}
+	require.Equal(t, map[string]float64{
+		"idemkit_server_claims_total":                          4,
+		"idemkit_server_conflicts_total":                       1,
+		"idemkit_server_lease_lost_total":                      1,
+		"idemkit_server_mismatches_total":                      1,
+		"idemkit_server_releases_total":                        1,
+		"idemkit_server_replays_total":                         1,
+		"idemkit_server_takeovers_total":                       1,
+		`idemkit_server_requests_total{outcome="conflict"}`:    1,
+		`idemkit_server_requests_total{outcome="executed"}`:    3,
+		`idemkit_server_requests_total{outcome="mismatch"}`:    1,
+		`idemkit_server_requests_total{outcome="rejected"}`:    1,
+		`idemkit_server_requests_total{outcome="released"}`:    1,
+		`idemkit_server_requests_total{outcome="replayed"}`:    1,
+		`idemkit_server_requests_total{outcome="store_error"}`: 1,
+		`idemkit_server_store_errors_total{op="claim"}`:        1,
+		`idemkit_server_store_errors_total{op="complete"}`:     1,
+		`idemkit_server_store_errors_total{op="extend_lease"}`: 2,
+		"idemkit_server_claim_duration_seconds (observations)": 7,
+	}, gather(t, reg))
+}
+
+// gather returns every series of reg: a counter's value, or a histogram's
+// number of observations.
+func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	out := make(map[string]float64)
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			var labels []string
+			for _, lp := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", lp.GetName(), lp.GetValue()))
+			}
+			if len(labels) > 0 {
+				name += "{" + strings.Join(labels, ",") + "}"
+			}
+			if h := m.GetHistogram(); h != nil {
+				out[name+" (observations)"] = float64(h.GetSampleCount())
+				continue
+			}
+			out[name] = m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+func TestNew_OncePerRegisterer(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	_, err := prommetrics.New(reg)
+	require.NoError(t, err)
+	_, err = prommetrics.New(reg)
+	require.ErrorContains(t, err, "already registered")
+	_, err = prommetrics.New(nil)
+	require.ErrorContains(t, err, "reg is nil")
+}

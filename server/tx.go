@@ -1,0 +1,145 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/idemkit/idemkit/internal/wire"
+)
+
+// serveTx runs a request in transactional mode: the claim, the handler's
+// effect and the stored response commit in one transaction.
+func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fp []byte, version int, ev *Event) {
+	ctx := r.Context()
+	// Fast path for replays: a completed record never changes until it
+	// expires, so a plain read answers a duplicate without a transaction (and,
+	// on SQLite, without waiting for the single writer). Absence proves
+	// nothing here; only the claim below decides who runs the handler.
+	getCtx, cancelGet := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+	existing, err := m.store.Get(getCtx, scope, m.now())
+	cancelGet()
+	if err == nil && existing.State == StateCompleted {
+		m.answerExisting(w, r, existing, fp, version, ev)
+		return
+	}
+	beginCtx, cancelBegin := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+	tx, err := m.store.BeginTx(beginCtx, m.cfg.LockTimeout)
+	cancelBegin()
+	if err != nil {
+		m.storeFailure(w, r, ev, "begin", err)
+		return
+	}
+	cleanup := context.WithoutCancel(ctx)
+	t := &txClaim{m: m, ctx: cleanup, tx: tx, ev: ev}
+	defer t.end() // a no-op after Commit or Rollback
+	req := m.claimRequest(scope, fp, version, m.cfg.LockTimeout)
+	t0 := time.Now()
+	claimCtx, cancelClaim := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+	res, err := tx.Claim(claimCtx, req)
+	cancelClaim()
+	ev.ClaimDuration = time.Since(t0)
+	if err != nil {
+		t.end()
+		m.storeFailure(w, r, ev, "claim", err)
+		return
+	}
+	if !res.Acquired {
+		t.end()
+		m.answerExisting(w, r, res.Existing, fp, version, ev)
+		return
+	}
+	m.acquired(ev, res)
+	t.token = res.Token
+	hctx := context.WithValue(context.WithValue(ctx, ctxKeyTx, tx.Handle()), ctxKeyAttempt, attemptOf(res))
+	m.runHeld(w, r.WithContext(hctx), ctx, cleanup, next, t, ev)
+}
+
+// commitUnknown answers a transactional request whose COMMIT was sent but
+// whose answer was lost: the transaction may have committed. The record is
+// read again; if it holds this claim's completion, the commit happened and
+// the handler's response is sent. Otherwise the answer is outcome-unknown,
+// never "nothing was applied": the commit may still have happened, and a
+// retry with the same key replays it if so.
+func (m *Middleware) commitUnknown(w http.ResponseWriter, r *http.Request, rec *recorder, scope Scope, token int64, ev *Event, err error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), m.cfg.StoreTimeout)
+	defer cancel()
+	stored, getErr := m.store.Get(ctx, scope, m.now())
+	if getErr == nil && stored.State == StateCompleted && stored.Token == token {
+		m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "idemkit: the COMMIT's answer was lost, but the record shows it committed",
+			scopeAttrs(scope, slog.Any("error", err))...)
+		status, _ := rec.result()
+		ev.Outcome, ev.Status = OutcomeExecuted, status
+		rec.send(nil)
+		return
+	}
+	m.outcomeUnknown(w, r, ev, errors.Join(err, getErr),
+		"The result was sent to the database but its confirmation was lost, so it may or may not have been applied. Retry with the same Idempotency-Key: a retry replays the result if it was applied.")
+}
+
+// txClaim is the heldClaim of transactional mode: the claim, the handler's
+// effect and the stored response commit together in tx, or not at all.
+type txClaim struct {
+	m     *Middleware
+	ctx   context.Context // the request's, without its cancellation
+	tx    StoreTx
+	ev    *Event
+	token int64
+	op    string // the store call finish failed at
+}
+
+func (t *txClaim) finish(ctx context.Context, _ *http.Request, resp *StoredResponse) error {
+	callCtx, cancel := context.WithTimeout(ctx, t.m.cfg.StoreTimeout)
+	defer cancel()
+	t.op = "complete"
+	if err := t.tx.Complete(callCtx, t.ev.Scope, t.token, t.m.now(), resp); err != nil {
+		return err
+	}
+	t.op = "commit"
+	return t.tx.Commit(callCtx)
+}
+
+func (t *txClaim) abandon(context.Context, *http.Request) {
+	t.end()
+	t.ev.Released = true
+}
+
+func (t *txClaim) lostErr() error { return nil }
+
+func (t *txClaim) effectSurvivesFailure() bool { return false }
+
+// answerFailure answers a transaction that did not commit: 503, nothing was
+// applied; or, when the COMMIT's answer was lost, whatever the record shows.
+func (t *txClaim) answerFailure(w http.ResponseWriter, r *http.Request, rec *recorder, err error) bool {
+	m, ev := t.m, t.ev
+	t.end()
+	ev.StoreErrors = append(ev.StoreErrors, t.op)
+	if errors.Is(err, ErrOutcomeUnknown) {
+		m.commitUnknown(w, r, rec, ev.Scope, t.token, ev, err)
+		return true
+	}
+	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idemkit: transaction failed after the handler ran; its effect was rolled back",
+		scopeAttrs(ev.Scope, slog.String("op", t.op), slog.Any("error", err))...)
+	ev.Outcome, ev.Status, ev.Err = OutcomeStoreError, http.StatusServiceUnavailable, err
+	slug := wire.ProblemStoreUnavailable
+	if errors.Is(err, ErrStoreBusy) {
+		slug = wire.ProblemStoreBusy
+	}
+	writeProblem(w, http.StatusServiceUnavailable, slug,
+		"The result could not be committed, so nothing was applied. Retry with the same Idempotency-Key.", 1)
+	return true
+}
+
+// end rolls the transaction back; a no-op after Commit or Rollback. A
+// canceled request does not stop the rollback; Config.StoreTimeout bounds
+// it.
+func (t *txClaim) end() {
+	ctx, cancel := context.WithTimeout(t.ctx, t.m.cfg.StoreTimeout)
+	defer cancel()
+	if err := t.tx.Rollback(ctx); err != nil {
+		t.m.cfg.Logger.LogAttrs(t.ctx, slog.LevelWarn, "idemkit: rollback failed; the database ends the transaction when the connection closes",
+			scopeAttrs(t.ev.Scope, slog.Any("error", err))...)
+	}
+}
