@@ -21,6 +21,7 @@ import (
 
 	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // e2eServer is the real middleware in front of a charges handler that
@@ -53,10 +54,10 @@ func (s *e2eServer) setFront(f func(w http.ResponseWriter, r *http.Request, next
 func newE2EServer(t *testing.T, cfg *server.Config) *e2eServer {
 	t.Helper()
 	ctx := testCtx(t)
-	db, err := server.OpenSQLite(ctx, filepath.Join(t.TempDir(), "server.db"))
+	db, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "server.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	st, err := server.NewSQLiteStore(db, nil)
+	st, err := sqlitestore.New(db, nil)
 	require.NoError(t, err)
 	require.NoError(t, st.Migrate(ctx))
 	if cfg == nil {
@@ -252,7 +253,7 @@ func TestE2E_HorizonAndShorterWindow(t *testing.T) {
 		next.ServeHTTP(rec, r)
 		// The gateway passes the window on, not the server's replay
 		// marker (a replay would be final).
-		w.Header().Set(server.HeaderWindow, rec.Header().Get(server.HeaderWindow))
+		w.Header().Set(wire.HeaderWindow, rec.Header().Get(wire.HeaderWindow))
 		clock.Advance(2 * time.Minute)
 		// The handler ran; the gateway in front fails. Not stored: 5xx.
 		w.WriteHeader(http.StatusBadGateway)
@@ -327,7 +328,7 @@ func TestE2E_KeysArriveExactly(t *testing.T) {
 	var mu sync.Mutex
 	var seen, raw []string
 	s.setFront(func(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
-		k, err := server.ParseKey(r.Header.Values("Idempotency-Key"))
+		k, err := wire.ParseKey(r.Header.Values("Idempotency-Key"))
 		if err == nil {
 			mu.Lock()
 			seen = append(seen, k)
