@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hashicorp/go-retryablehttp"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // runCallers runs b.N calls of fn spread over callers goroutines.
@@ -85,7 +88,7 @@ func BenchmarkSubmit(b *testing.B) {
 			fp := fingerprint("POST", "http://127.0.0.1:1/charges", body)
 			runCallers(b, callers, func(i int) error {
 				id := uuid.NewString()
-				ts := formatTime(time.Now())
+				ts := wire.FormatTime(time.Now())
 				tx, err := db.Begin()
 				if err != nil {
 					return err
@@ -144,7 +147,8 @@ func BenchmarkDo(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			drain(resp)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
 		}
 	})
 }

@@ -8,10 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -19,35 +17,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/hashicorp/go-retryablehttp"
 	_ "modernc.org/sqlite" // the driver behind Open; NewClient takes any *sql.DB
 )
 
-// Defaults of [Config].
-const (
-	// WindowDefault is the configured retention window: Stripe's 24 hours.
-	WindowDefault = 24 * time.Hour
-	// SafetyMarginDefault is subtracted from the window to get the horizon.
-	SafetyMarginDefault = time.Minute
-	// MaxSleepDefault is the longest wait slept in-process.
-	MaxSleepDefault = 30 * time.Second
-	// LeaseDurationDefault is how long a claim on an intent lasts unless
-	// renewed; a dead holder's claim on the same host is taken over sooner.
-	LeaseDurationDefault = 2 * time.Minute
-	// AttemptTimeoutDefault bounds one HTTP attempt, body included.
-	AttemptTimeoutDefault = 30 * time.Second
-	// ConcurrencyDefault is how many intents Run sends at once.
-	ConcurrencyDefault = 4
-)
-
-// maxAttemptsPerHourDefault is the default Config.MaxAttemptsPerHour: one
-// attempt every 30 s on average, the backoff cap.
-const maxAttemptsPerHourDefault = 120
-
 const (
 	// busyTimeout is how long Open's Client waits for the write lock held
-	// by another process before ErrQueueLocked.
+	// by another process before a Locked QueueError.
 	busyTimeout = 5 * time.Second
 	// sqliteBusyTimeout is the busy_timeout Open sets on its connections:
 	// short, writes retry in Go (see queue.busyRetry).
@@ -62,271 +38,6 @@ const (
 	gatherWait = time.Millisecond
 )
 
-// Config configures a [Client]. The zero value is valid: every field has a
-// default.
-type Config struct {
-	// HTTPClient is the transport engine. Its HTTPClient, Logger and log
-	// hooks are used; its CheckRetry, Backoff, RetryMax, PrepareRetry and
-	// ErrorHandler are replaced by the SDK's (go-retryablehttp's defaults
-	// do not jitter, do not retry 409 and do not cap Retry-After); its
-	// RetryWaitMin and RetryWaitMax are ignored (Backoff gets
-	// BackoffBaseDefault and BackoffCapDefault). Its http.Client is copied
-	// with Timeout set to AttemptTimeout (or kept if shorter) and, unless it
-	// sets CheckRedirect, redirects not followed (a 3xx is a definitive
-	// answer: following a 302 would turn a POST into a GET). Defaults to a
-	// client on a pooled transport of its own that Close releases.
-	HTTPClient *retryablehttp.Client
-
-	// Window is the longest retention window the client relies on, for
-	// hosts whose Profile publishes none (Profile.Window replaces it for
-	// the others: Stripe's 24 h, Adyen's 31 days). The effective window of
-	// an intent is the smaller of that and the Idempotency-Window its host
-	// last advertised (remembered in the queue). Defaults to WindowDefault
-	// (24h).
-	Window time.Duration
-
-	// SafetyMargin is subtracted from the effective window to get the
-	// horizon; the margin used is the smaller of SafetyMargin and a tenth of
-	// the effective window (a 30 s window keeps a 3 s margin). It should
-	// exceed AttemptTimeout plus clock skew. Defaults to SafetyMarginDefault
-	// (1m).
-	SafetyMargin time.Duration
-
-	// CredentialHeaders are request headers never written to the queue:
-	// names, or "*-Suffix" patterns matching every header that ends so. A
-	// process keeps those given to Submit or Do in memory; one that resumes
-	// the intent later gets them from SendHookFunc. They are also never
-	// stored from a response. Defaults to Authorization,
-	// Proxy-Authorization, Cookie, X-Api-Key, Api-Key, X-Auth-Token,
-	// X-Amz-Security-Token, *-Token, *-Secret, *-Api-Key, *-Password,
-	// *-Credential, *-Credentials and *-Session.
-	CredentialHeaders []string
-
-	// StoredHeaders, when not nil, switches to allowlist mode: only these
-	// request headers (names or "*-Suffix" patterns) are written to the
-	// queue, and every other one is treated as a credential. Defaults to
-	// nil (the CredentialHeaders denylist).
-	StoredHeaders []string
-
-	// AllowURLCredentials accepts URLs whose query carries a parameter
-	// that looks like a credential (api_key, key, token, access_token,
-	// secret, client_secret, password, signature, …), which would be
-	// written to the queue with the URL. Defaults to false: such a Request
-	// is refused with ErrInvalidRequest.
-	AllowURLCredentials bool
-
-	// OutcomeHeaders are the response headers stored with an Outcome (names
-	// or "*-Suffix" patterns), besides the host profile's replay markers
-	// and key header; Set-Cookie and CredentialHeaders never are. Defaults
-	// to Content-Type, Content-Language, Location, Date, ETag,
-	// Last-Modified, Retry-After, Idempotency-Window, Request-Id and
-	// X-Request-Id.
-	OutcomeHeaders []string
-
-	// OmitOutcomeBody keeps response bodies and headers out of the queue:
-	// an Outcome is stored with its status and replay marker only, for
-	// callers who must not hold receipts on disk. Do still returns the
-	// body (from memory) to its caller; Get, Wait and List do not.
-	// Defaults to false.
-	OmitOutcomeBody bool
-
-	// Profile is the idempotency dialect of hosts not in Profiles (see
-	// [KnownProfile]). Defaults to KnownProfile("idemkit").
-	Profile *Profile
-
-	// Profiles maps a host, as in the request URL ("api.stripe.com", or
-	// "host:port" to tell ports apart), to the dialect it speaks:
-	//
-	//	stripe, _ := idemkit.KnownProfile("stripe")
-	//	cfg.Profiles = map[string]idemkit.Profile{"api.stripe.com": stripe}
-	//
-	// A host:port entry wins over the host's own. Defaults to none.
-	Profiles map[string]Profile
-
-	// MaxAttemptsPerHour bounds the attempts of one intent in any hour,
-	// whatever the server says (a Retry-After of 0, over and over): once
-	// reached, the next attempt waits until the oldest of them is an hour
-	// old. Defaults to 120 (one every 30 s on average, the backoff cap).
-	MaxAttemptsPerHour int
-
-	// MaxAttempts, if positive, bounds the attempts this Client starts
-	// for one intent (counted in memory since Open or NewClient): once an
-	// intent reached it without a definitive answer, it stays pending with
-	// its next attempt time, Run and Drain no longer claim it, and Do
-	// returns it with ErrMaxAttempts. Another Client (a later run) may
-	// send it again. Defaults to 0: only the horizon ends the retries.
-	MaxAttempts int
-
-	// SendHookFunc is called before every attempt, with the intent's host
-	// (as in the URL: "api.stripe.com", or "host:port") and the request
-	// about to be sent: add credentials here, for that host only (a process
-	// resuming an intent after a restart has no other source for them). An
-	// error skips the attempt and reschedules the intent. Defaults to nil.
-	SendHookFunc func(host string, r *http.Request) error
-
-	// CheckRetry decides what to retry. Defaults to DefaultCheckRetry.
-	CheckRetry CheckRetryFunc
-
-	// Backoff computes the wait between attempts, called with
-	// BackoffBaseDefault and BackoffCapDefault. Defaults to DefaultBackoff
-	// (full jitter, 500ms base, 30s cap).
-	Backoff BackoffFunc
-
-	// MaxSleep is the longest wait (backoff or Retry-After) slept inside the
-	// process; a longer one is written to the queue as the intent's next
-	// attempt time and the worker moves on. Defaults to MaxSleepDefault (30s).
-	MaxSleep time.Duration
-
-	// LeaseDuration is how long a process owns an intent it is sending,
-	// renewed at every attempt. Another process takes the intent over (with
-	// a new fencing token) once the lease runs out, or at once if the
-	// holder is a process on the same host that died: on Unix, no process
-	// has its pid any more (on Linux also: the pid now belongs to a process
-	// that started later); elsewhere only the end of the lease counts. A
-	// holder on another host, or one that is alive but stuck, is waited
-	// for. Must exceed AttemptTimeout. Defaults to LeaseDurationDefault (2m).
-	LeaseDuration time.Duration
-
-	// AttemptTimeout bounds one HTTP attempt, reading the response body
-	// included. Defaults to AttemptTimeoutDefault (30s).
-	AttemptTimeout time.Duration
-
-	// Concurrency is how many intents Run sends at once. Defaults to
-	// ConcurrencyDefault (4).
-	Concurrency int
-
-	// OnEventFunc, if set, is called for every step of an intent in this
-	// process: attempt started, answered, retrying, rescheduled, ended
-	// (see [Event]). It is an observer: it runs synchronously on the
-	// worker's goroutine, so it must return quickly, and nothing it does
-	// changes what the client does next. Defaults to nil.
-	OnEventFunc func(e Event)
-
-	// Logger receives the client's logs: state changes (an intent ended)
-	// at INFO, each attempt and retry at DEBUG, problems at WARN. A
-	// *slog.Logger also satisfies go-retryablehttp's LeveledLogger, for
-	// HTTPClient.Logger. Defaults to slog.Default().
-	Logger *slog.Logger
-
-	// timeNowFunc is the clock (tests inject one). Defaults to a wall clock
-	// advanced by the monotonic clock.
-	timeNowFunc func() time.Time
-	// pollInterval defaults to pollIntervalDefault.
-	pollInterval time.Duration
-	// instanceHost overrides hostID() (tests play another host).
-	instanceHost string
-}
-
-// WithDefaults returns a copy of c (which may be nil) with every unset field
-// set to its default.
-func (c *Config) WithDefaults() *Config {
-	out := &Config{}
-	if c != nil {
-		*out = *c
-	}
-	out.Window = cmp.Or(out.Window, WindowDefault)
-	out.SafetyMargin = cmp.Or(out.SafetyMargin, SafetyMarginDefault)
-	if out.CredentialHeaders == nil {
-		out.CredentialHeaders = credentialHeadersDefault
-	}
-	if out.OutcomeHeaders == nil {
-		out.OutcomeHeaders = outcomeHeadersDefault
-	}
-	if out.CheckRetry == nil {
-		out.CheckRetry = DefaultCheckRetry
-	}
-	if out.Backoff == nil {
-		out.Backoff = DefaultBackoff
-	}
-	out.MaxSleep = cmp.Or(out.MaxSleep, MaxSleepDefault)
-	out.LeaseDuration = cmp.Or(out.LeaseDuration, LeaseDurationDefault)
-	out.AttemptTimeout = cmp.Or(out.AttemptTimeout, AttemptTimeoutDefault)
-	out.Concurrency = cmp.Or(out.Concurrency, ConcurrencyDefault)
-	out.MaxAttemptsPerHour = cmp.Or(out.MaxAttemptsPerHour, maxAttemptsPerHourDefault)
-	if out.Profile == nil {
-		p, _ := KnownProfile("idemkit")
-		out.Profile = &p
-	} else {
-		p := out.Profile.withDefaults()
-		out.Profile = &p
-	}
-	if out.Profiles != nil {
-		m := make(map[string]Profile, len(out.Profiles))
-		for host, p := range out.Profiles {
-			m[strings.ToLower(host)] = p.withDefaults()
-		}
-		out.Profiles = m
-	}
-	if out.Logger == nil {
-		out.Logger = slog.Default()
-	}
-	out.pollInterval = cmp.Or(out.pollInterval, pollIntervalDefault)
-	return out
-}
-
-func (c *Config) validate() error {
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"Window", c.Window}, {"SafetyMargin", c.SafetyMargin}, {"MaxSleep", c.MaxSleep},
-		{"LeaseDuration", c.LeaseDuration}, {"AttemptTimeout", c.AttemptTimeout}} {
-		if d.v <= 0 {
-			return fmt.Errorf("idemkit: Config.%s must be positive, got %v", d.name, d.v)
-		}
-	}
-	if c.Window < time.Second {
-		return fmt.Errorf("idemkit: Config.Window must be at least 1s, got %v", c.Window)
-	}
-	if c.LeaseDuration <= c.AttemptTimeout {
-		return fmt.Errorf("idemkit: Config.LeaseDuration (%v) must exceed Config.AttemptTimeout (%v), or a slow attempt could be taken over while in flight", c.LeaseDuration, c.AttemptTimeout)
-	}
-	if c.Concurrency < 1 {
-		return fmt.Errorf("idemkit: Config.Concurrency must be at least 1, got %d", c.Concurrency)
-	}
-	for _, l := range []struct {
-		name  string
-		names []string
-	}{{"CredentialHeaders", c.CredentialHeaders}, {"StoredHeaders", c.StoredHeaders}, {"OutcomeHeaders", c.OutcomeHeaders}} {
-		for _, h := range l.names {
-			if !validHeaderPattern(h) {
-				return fmt.Errorf("idemkit: Config.%s: %q is not a header name or *-Suffix pattern", l.name, h)
-			}
-		}
-	}
-	if c.MaxAttempts < 0 {
-		return fmt.Errorf("idemkit: Config.MaxAttempts must not be negative, got %d", c.MaxAttempts)
-	}
-	if c.MaxAttemptsPerHour < 1 {
-		return fmt.Errorf("idemkit: Config.MaxAttemptsPerHour must be at least 1, got %d", c.MaxAttemptsPerHour)
-	}
-	if err := c.Profile.validate("Config.Profile"); err != nil {
-		return err
-	}
-	for host, p := range c.Profiles {
-		if host == "" || strings.ContainsAny(host, "/?#@ ") {
-			return fmt.Errorf("idemkit: Config.Profiles: %q is not a host", host)
-		}
-		if err := p.validate("Config.Profiles[" + host + "]"); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// profileFor returns the profile of the host of rawURL.
-func (c *Config) profileFor(rawURL string) *Profile {
-	if len(c.Profiles) > 0 {
-		if u, err := url.Parse(rawURL); err == nil {
-			for _, h := range []string{strings.ToLower(u.Host), strings.ToLower(u.Hostname())} {
-				if p, ok := c.Profiles[h]; ok {
-					return &p
-				}
-			}
-		}
-	}
-	return c.Profile
-}
-
 // Client sends intents from a SQLite queue. It is safe for concurrent use,
 // and several processes may share one queue file.
 type Client struct {
@@ -336,7 +47,7 @@ type Client struct {
 	ownDB bool
 	httpc *http.Client
 	ownHC bool
-	log   *slog.Logger
+	log   retryablehttp.LeveledLogger
 
 	clockMu sync.Mutex
 	lastNow time.Time
@@ -375,7 +86,8 @@ type Client struct {
 // BEGIN IMMEDIATE transactions, the write lock waited for up to 5 s when
 // another process holds it), migrates it and returns a
 // Client that owns it. A file that is not a SQLite database is refused with
-// ErrQueueCorrupt and left untouched.
+// a Corrupt [QueueError] and left untouched, and so is a queue a newer
+// version migrated (Newer).
 func Open(ctx context.Context, path string, cfg *Config) (*Client, error) {
 	if path == ":memory:" || strings.HasPrefix(path, "file:") {
 		return nil, fmt.Errorf("%w (got %q; Open takes a file path, not a URI)", errInMemory, path)
@@ -422,7 +134,7 @@ func firstQuery(ctx context.Context, db *sql.DB) error {
 			return nil
 		}
 		err = interpretError(err)
-		if !errors.Is(err, ErrQueueLocked) || time.Now().After(deadline) {
+		if !isQueue(err, queueLocked) || time.Now().After(deadline) {
 			return err
 		}
 		t := time.NewTimer(time.Duration(2+rand.IntN(20)) * time.Millisecond)
@@ -469,7 +181,7 @@ func checkHeader(path string) error {
 		return nil
 	}
 	if n < 16 || string(hdr) != "SQLite format 3\x00" {
-		return fmt.Errorf("%w: %s is not a SQLite database (left untouched)", ErrQueueCorrupt, path)
+		return queueErrorf(queueCorrupt, "%s is not a SQLite database (left untouched)", path)
 	}
 	return nil
 }
@@ -543,12 +255,12 @@ func newClient(ctx context.Context, db *sql.DB, cfg *Config, busyRetry time.Dura
 
 func newHTTPClient(cfg *Config) (*http.Client, bool) {
 	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	if cfg.HTTPClient == nil || cfg.HTTPClient.HTTPClient == nil {
+	if cfg.HTTPClient == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = 16
 		return &http.Client{Transport: t, Timeout: cfg.AttemptTimeout, CheckRedirect: noRedirect}, true
 	}
-	hc := *cfg.HTTPClient.HTTPClient
+	hc := *cfg.HTTPClient
 	if hc.Timeout == 0 || hc.Timeout > cfg.AttemptTimeout {
 		hc.Timeout = cfg.AttemptTimeout
 	}
@@ -605,94 +317,6 @@ func (c *Client) enter() bool {
 	}
 	c.wg.Add(1)
 	return true
-}
-
-// commitLoop is the group committer: every Submit waiting when a batch
-// starts is inserted in that batch's one transaction (one fsync).
-//
-// The callers of one batch are all answered at once and come back together,
-// a few microseconds later; a committer that started the next batch with the
-// first of them to arrive would commit it with one or two intents while the
-// rest waited a whole fsync for the batch after, halving the batch size (16
-// intents per fsync at 32 callers). So when a batch has fewer intents than
-// the previous one, the committer waits for the missing ones, at most
-// gatherWait (never longer than the previous commit took): a lone caller
-// (previous batch of one) never waits, and callers that went away cost one
-// short wait, after which the target shrinks to what came.
-func (c *Client) commitLoop() {
-	defer c.wg.Done()
-	last := 1 // intents in the previous batch
-	var lastTook time.Duration
-	for {
-		select {
-		case op := <-c.submitCh:
-			batch := c.gather([]*submitOp{op}, last, min(lastTook, gatherWait))
-			start := time.Now()
-			c.q.insertBatch(context.Background(), batch)
-			last, lastTook = len(batch), time.Since(start)
-		case <-c.closeCtx.Done():
-			for {
-				select {
-				case op := <-c.submitCh:
-					op.done <- submitResult{nil, ErrClosed}
-				default:
-					return
-				}
-			}
-		}
-	}
-}
-
-// gather adds to batch every Submit already waiting, then, while it holds
-// fewer than want, those arriving within wait.
-func (c *Client) gather(batch []*submitOp, want int, wait time.Duration) []*submitOp {
-	for len(batch) < submitBatchMax {
-		select {
-		case op := <-c.submitCh:
-			batch = append(batch, op)
-			continue
-		default:
-		}
-		break
-	}
-	if len(batch) >= want || wait <= 0 {
-		return batch
-	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	for len(batch) < want && len(batch) < submitBatchMax {
-		select {
-		case op := <-c.submitCh:
-			batch = append(batch, op)
-		case <-t.C:
-			return batch
-		case <-c.closeCtx.Done():
-			return batch
-		}
-	}
-	return batch
-}
-
-// newIntent validates req for the queue and mints the intent's id, which is
-// also its key unless the caller supplied one. The key is minted here, once,
-// and never again for this intent.
-func (c *Client) newIntent(req *Request) (*prepared, string, error) {
-	if c.closed() {
-		return nil, "", ErrClosed
-	}
-	var prof *Profile
-	if req != nil {
-		prof = c.cfg.profileFor(req.URL)
-	}
-	p, err := prepare(req, c.cfg, prof)
-	if err != nil {
-		return nil, "", err
-	}
-	id := uuid.NewString()
-	if p.key == "" {
-		p.key = id
-	}
-	return p, id, nil
 }
 
 // Submit validates req, mints its key (unless req.Key or an Idempotency-Key
@@ -781,9 +405,9 @@ func (c *Client) changedCh() <-chan struct{} {
 // Do submits req and drives it to an outcome: it sends it, retries with the
 // same key as the policy and the horizon allow, and waits out long
 // Retry-After waits (or another process holding the intent). It returns the
-// intent with a nil error when it succeeded, and a *ResultError wrapping
-// ErrKeyReused, ErrFailed, ErrWindowExpired or ErrCanceled when it ended
-// otherwise. If ctx ends first, Do returns ctx's error and the intent, which
+// intent with a nil error when it succeeded, and an error matching its
+// state (StateFailed, and ErrKeyReused for a reused key; StateExpired;
+// StateCanceled; see [IntentState.Error]) when it ended otherwise. If ctx ends first, Do returns ctx's error and the intent, which
 // stays pending in the queue: a Run worker, or Wait, finishes it later.
 func (c *Client) Do(ctx context.Context, req *Request) (*Intent, error) {
 	p, id, err := c.newIntent(req)
@@ -795,7 +419,7 @@ func (c *Client) Do(ctx context.Context, req *Request) (*Intent, error) {
 	now := c.now()
 	in, cl, err := c.q.insertClaim(ctx, p, id, now, c.cfg.LeaseDuration, c.plan(now))
 	if err != nil {
-		return in, err // nil unless it is queued (a *ForeignIntentError)
+		return in, err // nil unless it is queued (a Foreign QueueError)
 	}
 	if len(p.creds) > 0 && in.State == StatePending {
 		c.credMu.Lock()
@@ -832,42 +456,20 @@ func (c *Client) Wait(ctx context.Context, id string) (*Intent, error) {
 	}
 }
 
-// sleepUntil waits until t (at most the poll interval), a change in this
-// process, or the end of ctx.
-func (c *Client) sleepUntil(ctx context.Context, t time.Time, ch <-chan struct{}) error {
-	d := c.cfg.pollInterval
-	if w := t.Sub(c.now()); w < d {
-		d = max(w, time.Millisecond)
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-c.closeCtx.Done():
-		return ErrClosed
-	case <-ch:
-	case <-timer.C:
-	}
-	return nil
-}
-
 // result is the error that goes with a terminal intent.
 func result(in *Intent) error {
 	switch in.State {
 	case StateSucceeded, StatePending:
 		return nil
-	case StateExpired:
-		return &ResultError{Intent: in, Err: ErrWindowExpired}
-	case StateCanceled:
-		return &ResultError{Intent: in, Err: ErrCanceled}
+	case StateExpired, StateCanceled:
+		return resultOf(in, nil)
 	}
 	// Whether an answer meant "key reused" was decided by the profile when
 	// it arrived (a replayed answer never does).
 	if in.Outcome != nil && in.Outcome.keyReused {
-		return &ResultError{Intent: in, Err: ErrKeyReused}
+		return resultOf(in, ErrKeyReused)
 	}
-	return &ResultError{Intent: in, Err: ErrFailed}
+	return resultOf(in, nil)
 }
 
 // Get returns the intent with the given id, or ErrNotFound.
@@ -881,8 +483,8 @@ func (c *Client) Get(ctx context.Context, id string) (*Intent, error) {
 // List returns intents matching opts (nil lists the first 100): pending
 // ones in due order, terminal ones by last update, all of them by creation.
 // Rows that cannot be decoded are left out and reported: List then returns
-// the others together with an error wrapping ErrQueueCorrupt for each
-// damaged row (naming its intent id).
+// the others together with a Corrupt [QueueError] for each damaged row
+// (naming its intent id), joined.
 func (c *Client) List(ctx context.Context, opts *ListOptions) ([]*Intent, error) {
 	if c.closed() {
 		return nil, ErrClosed
@@ -903,6 +505,19 @@ func (c *Client) Attempts(ctx context.Context, id string) ([]*Attempt, error) {
 		return nil, ErrClosed
 	}
 	return c.q.attempts(ctx, id)
+}
+
+// SchemaVersion returns the version of the queue file's schema: the number
+// of the last migration applied to it, which is the newest this package
+// knows (Open and NewClient migrate the file, and refuse one a newer
+// version migrated).
+func (c *Client) SchemaVersion(ctx context.Context) (int, error) {
+	if c.closed() {
+		return 0, ErrClosed
+	}
+	var v int
+	err := c.q.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM `+migrationsVersionTable).Scan(&v)
+	return v, interpretError(err)
 }
 
 // Counts returns the number of intents in each state. It reads the whole

@@ -136,9 +136,10 @@ func TestClient_Do(t *testing.T) {
 		}))
 		in, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL})
 		require.ErrorIs(t, err, ErrKeyReused)
-		var re *ResultError
+		var re *resultError
 		require.ErrorAs(t, err, &re)
-		require.Equal(t, in.ID, re.Intent.ID)
+		require.Equal(t, in.ID, re.in.ID)
+		require.Contains(t, err.Error(), in.ID, "the error names the intent")
 		require.Equal(t, StateFailed, in.State)
 		require.Equal(t, 1, in.Attempts, "422 is never retried")
 		require.Contains(t, string(in.Outcome.Body), "key-reused")
@@ -150,7 +151,7 @@ func TestClient_Do(t *testing.T) {
 			http.Error(w, "bad amount", http.StatusBadRequest)
 		}))
 		in, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL})
-		require.ErrorIs(t, err, ErrFailed)
+		require.ErrorIs(t, err, StateFailed)
 		require.NotErrorIs(t, err, ErrKeyReused)
 		require.Equal(t, StateFailed, in.State)
 		require.Equal(t, http.StatusBadRequest, in.Outcome.Status)
@@ -179,7 +180,7 @@ func TestClient_Do(t *testing.T) {
 			http.Redirect(w, r, "/elsewhere", http.StatusFound)
 		}))
 		in, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL})
-		require.ErrorIs(t, err, ErrFailed)
+		require.ErrorIs(t, err, StateFailed)
 		require.Equal(t, http.StatusFound, in.Outcome.Status)
 		require.EqualValues(t, 1, n.Load(), "a POST is never turned into a GET by a redirect")
 	})
@@ -326,7 +327,7 @@ func TestClient_Submit(t *testing.T) {
 			"bad url":      {URL: "http://[::1"},
 			"userinfo":     {URL: "https://user:pw@h/x"},
 			"bad method":   {URL: "http://h/", Method: "PO ST"},
-			"big body":     {URL: "http://h/", Body: make([]byte, MaxBodySize+1)},
+			"big body":     {URL: "http://h/", Body: make([]byte, maxBodySize+1)},
 			"long key":     {URL: "http://h/", Key: strings.Repeat("k", 256)},
 			"control key":  {URL: "http://h/", Key: "a\nb"},
 			"header CRLF":  {URL: "http://h/", Header: http.Header{"X": {"a\r\nb"}}},
@@ -413,7 +414,7 @@ func TestClient_Cancel(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.c.Cancel(ctx, in.ID))
 	got, err := b.c.Wait(ctx, in.ID)
-	require.ErrorIs(t, err, ErrCanceled)
+	require.ErrorIs(t, err, StateCanceled)
 	require.Equal(t, StateCanceled, got.State)
 	require.ErrorIs(t, b.c.Cancel(ctx, "nope"), ErrNotFound)
 	_, err = b.c.Get(ctx, "nope")
@@ -445,25 +446,6 @@ func TestClient_SendHookError(t *testing.T) {
 	require.Contains(t, log[0].Error, "token service down")
 }
 
-func TestConfig_validate(t *testing.T) {
-	t.Parallel()
-	for name, tc := range map[string]struct {
-		cfg  Config
-		want string
-	}{
-		"lease shorter than attempt": {Config{LeaseDuration: time.Second, AttemptTimeout: 2 * time.Second}, "LeaseDuration"},
-		"negative window":            {Config{Window: -time.Hour}, "Window"},
-		"negative sleep":             {Config{MaxSleep: -1}, "MaxSleep"},
-		"bad credential header":      {Config{CredentialHeaders: []string{"Auth orization"}}, "CredentialHeaders"},
-		"negative concurrency":       {Config{Concurrency: -1}, "Concurrency"},
-	} {
-		err := tc.cfg.WithDefaults().validate()
-		require.Error(t, err, name)
-		require.Contains(t, err.Error(), tc.want, name)
-	}
-	require.NoError(t, (*Config)(nil).WithDefaults().validate())
-}
-
 type countingTransport struct {
 	n  atomic.Int32
 	rt http.RoundTripper
@@ -474,10 +456,10 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return c.rt.RoundTrip(r)
 }
 
-// TestClient_OwnRetryableClient: a caller's go-retryablehttp client is the
-// transport engine, but the SDK's policy replaces its CheckRetry (which
-// would not retry 409) and its RetryMax.
-func TestClient_OwnRetryableClient(t *testing.T) {
+// TestClient_OwnHTTPClient: a caller's http.Client carries every attempt,
+// and the SDK's policy retries (its own 409 with Retry-After); the
+// caller's go-retryablehttp LeveledLogger sees every attempt.
+func TestClient_OwnHTTPClient(t *testing.T) {
 	t.Parallel()
 	var n atomic.Int32
 	srv := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -490,20 +472,31 @@ func TestClient_OwnRetryableClient(t *testing.T) {
 	})
 	tr := &countingTransport{rt: http.DefaultTransport.(*http.Transport).Clone()}
 	defer tr.rt.(*http.Transport).CloseIdleConnections()
-	rc := retryablehttp.NewClient()
-	rc.Logger = nil
-	rc.RetryMax = 0
-	rc.HTTPClient = &http.Client{Transport: tr}
-	var logged atomic.Int32
-	rc.RequestLogHook = func(retryablehttp.Logger, *http.Request, int) { logged.Add(1) }
+	logger := &countingLogger{}
 	cfg := testConfig()
-	cfg.HTTPClient = rc
+	cfg.HTTPClient = &http.Client{Transport: tr}
+	cfg.Logger = logger
 	b := setup(t, cfg, srv)
 	in, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL})
 	require.NoError(t, err)
 	require.Equal(t, 3, in.Attempts)
 	require.EqualValues(t, 3, tr.n.Load(), "the caller's transport carried every attempt")
-	require.EqualValues(t, 3, logged.Load(), "the caller's log hook saw every attempt")
+	require.EqualValues(t, 3, logger.attempts.Load(), "the caller's logger saw every attempt")
+}
+
+// countingLogger is a go-retryablehttp LeveledLogger counting the
+// client's attempt logs.
+type countingLogger struct{ attempts atomic.Int32 }
+
+var _ retryablehttp.LeveledLogger = (*countingLogger)(nil)
+
+func (l *countingLogger) Error(string, ...any) {}
+func (l *countingLogger) Info(string, ...any)  {}
+func (l *countingLogger) Warn(string, ...any)  {}
+func (l *countingLogger) Debug(msg string, _ ...any) {
+	if msg == "idemkit: attempt" {
+		l.attempts.Add(1)
+	}
 }
 
 // TestDo_Replayed422IsFailedNotKeyReused: a 422 replayed from the server's
@@ -518,7 +511,7 @@ func TestDo_Replayed422IsFailedNotKeyReused(t *testing.T) {
 		fmt.Fprint(w, `{"error":"amount must be positive"}`)
 	}))
 	in, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL})
-	require.ErrorIs(t, err, ErrFailed)
+	require.ErrorIs(t, err, StateFailed)
 	require.NotErrorIs(t, err, ErrKeyReused)
 	require.Equal(t, StateFailed, in.State)
 	require.True(t, in.Outcome.Replayed)

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // What is kept off the disk. The queue file is plaintext: anything written
@@ -24,7 +26,7 @@ var credentialHeadersDefault = []string{
 // markers and the key header of the host's profile are stored too.
 var outcomeHeadersDefault = []string{
 	"Content-Type", "Content-Language", "Location", "Date", "Etag", "Last-Modified",
-	"Retry-After", "Idempotency-Window", "Request-Id", "X-Request-Id",
+	"Retry-After", wire.HeaderWindow, "Request-Id", "X-Request-Id",
 }
 
 // queryCredentials are URL query parameters (compared in lower case) that

@@ -29,8 +29,8 @@
 //	switch {
 //	case err == nil: // in.Outcome.Status is 2xx; in.Outcome.Replayed if an earlier attempt did it
 //	case errors.Is(err, idemkit.ErrKeyReused): // 422: a bug, the key was used for another request
-//	case errors.Is(err, idemkit.ErrFailed): // a definitive 4xx: in.Outcome has the answer
-//	case errors.Is(err, idemkit.ErrWindowExpired): // unknown outcome: reconcile, never re-send with a new key
+//	case errors.Is(err, idemkit.StateFailed): // a definitive 4xx: in.Outcome has the answer
+//	case errors.Is(err, idemkit.StateExpired): // unknown outcome: reconcile, never re-send with a new key
 //	default: // ctx ended or the queue failed: the intent stays queued
 //	}
 //
@@ -57,7 +57,7 @@
 // idemkit server's in-flight problem, Stripe's idempotency_key_in_use, …); a
 // 409 or 429 that is a handler's own answer is failed. The answers the Profile
 // lists as "key reused" end the intent with ErrKeyReused. Waits use full jitter
-// exponential backoff, 500 ms base, 30 s cap (DefaultBackoff); a Retry-After (on
+// exponential backoff, 500 ms base, 30 s cap (Config.Backoff); a Retry-After (on
 // 409, 429 and 503; seconds or an HTTP-date, read against the response's Date
 // header) is honoured but never waits less than 100 ms plus the backoff, so a
 // "Retry-After: 0" cannot become a hot loop, and no intent gets more than
@@ -65,8 +65,10 @@
 // are slept, context-aware (by a Run worker only while no other intent is
 // due); longer ones are written to the queue as the intent's next attempt
 // time and the worker moves on. Config.MaxAttempts bounds the attempts one
-// Client makes per intent. go-retryablehttp is the
-// transport engine; its CheckRetry and Backoff are replaced by these.
+// Client makes per intent. Each claimed intent is driven by one loop
+// (attempt, classify, persist, then wait or return) over Config.HTTPClient;
+// go-retryablehttp supplies the classification of transport errors no
+// retry can fix and the LeveledLogger interface of Config.Logger.
 //
 // # Other APIs
 //
@@ -108,7 +110,7 @@
 // intent the instance that queued it. A copy of the file opened on another
 // host or at another path does not send the pending intents it did not
 // queue (they may have been sent already, and their server's window may
-// be over): Do and Wait return a [*ForeignIntentError] for them, Run skips
+// be over): Do and Wait return a Foreign [QueueError] for them, Run skips
 // them, and [Client.Adopt] sends them on purpose. In-memory databases are
 // refused.
 //
@@ -135,13 +137,13 @@
 // caller opened. The due lookup is an index on pending intents only, so a
 // queue holding a million terminal intents stays fast; [Client.Prune]
 // deletes old terminal intents in chunks. Bodies are limited to
-// [MaxBodySize] (10 MiB). A file that is not a queue is refused with
-// [ErrQueueCorrupt] and left untouched; a write lock held by another process
-// beyond the busy timeout is [ErrQueueLocked].
+// 10 MiB. A file that is not a queue is refused with
+// a Corrupt [QueueError] and left untouched; a write lock held by another
+// process beyond the busy timeout is a Locked one.
 //
 // Memory does not grow with the queue: intents are read from the file one
 // at a time when claimed, so a Client holds at most Config.Concurrency
-// intents (request and body, up to [MaxBodySize] each) per running Run or
+// intents (request and body, up to 10 MiB each) per running Run or
 // Drain, plus the one of each Do or Wait in progress and the requests of
 // the Submit calls in progress (their callers' own, at most 256 per group
 // commit), whatever the number of queued intents. List and Counts return
@@ -155,5 +157,6 @@
 // # Stability
 //
 // idemkit is v0: the API may change before v1. The queue schema is
-// versioned and migrated forward automatically.
+// versioned and migrated forward automatically; a queue migrated by a newer
+// version is refused (a Newer [QueueError]).
 package idemkit

@@ -115,7 +115,7 @@ func TestDrain_StopsWhenContextEnds(t *testing.T) {
 }
 
 // TestMaxAttempts_BoundsThisClientsAttempts: with Config.MaxAttempts, Do
-// returns the intent pending with ErrMaxAttempts after that many attempts;
+// returns the intent pending with StatePending after that many attempts;
 // Drain then returns at once (it is not claimed again here), and another
 // Client sends it again.
 func TestMaxAttempts_BoundsThisClientsAttempts(t *testing.T) {
@@ -135,7 +135,7 @@ func TestMaxAttempts_BoundsThisClientsAttempts(t *testing.T) {
 	}))
 	ctx := testCtx(t)
 	in, err := b.c.Do(ctx, &Request{URL: b.srv.URL})
-	require.ErrorIs(t, err, ErrMaxAttempts)
+	require.ErrorIs(t, err, StatePending)
 	require.Equal(t, StatePending, in.State)
 	require.Equal(t, 3, in.Attempts)
 	require.Equal(t, "status 503", in.LastError)

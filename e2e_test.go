@@ -19,7 +19,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // e2eServer is the real middleware in front of a charges handler that
@@ -52,10 +54,10 @@ func (s *e2eServer) setFront(f func(w http.ResponseWriter, r *http.Request, next
 func newE2EServer(t *testing.T, cfg *server.Config) *e2eServer {
 	t.Helper()
 	ctx := testCtx(t)
-	db, err := server.OpenSQLite(ctx, filepath.Join(t.TempDir(), "server.db"))
+	db, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "server.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	st, err := server.NewSQLiteStore(db, nil)
+	st, err := sqlitestore.New(db, nil)
 	require.NoError(t, err)
 	require.NoError(t, st.Migrate(ctx))
 	if cfg == nil {
@@ -234,32 +236,6 @@ func TestE2E_InFlightIsWaitedOut(t *testing.T) {
 	require.Equal(t, http.StatusConflict, log[0].Status)
 }
 
-// TestE2E_KeyReused: the same key with a different body is a 422: the
-// intent ends failed with ErrKeyReused, and is never retried.
-func TestE2E_KeyReused(t *testing.T) {
-	t.Parallel()
-	s := newE2EServer(t, nil)
-	cfg := testConfig()
-	cfg.SendHookFunc = authHook
-	b := setup(t, cfg, nil)
-	first := charge(s.srv.URL)
-	first.Key = "reused"
-	_, err := b.c.Do(testCtx(t), first)
-	require.NoError(t, err)
-
-	// Another queue (another device) reuses the key for another amount.
-	other := setup(t, cfg, nil)
-	second := charge(s.srv.URL)
-	second.Key = "reused"
-	second.Body = []byte(`{"amount": 400000, "currency": "eur"}`)
-	in, err := other.c.Do(testCtx(t), second)
-	require.ErrorIs(t, err, ErrKeyReused)
-	require.Equal(t, StateFailed, in.State)
-	require.Equal(t, http.StatusUnprocessableEntity, in.Outcome.Status)
-	require.Equal(t, 1, in.Attempts)
-	require.EqualValues(t, 1, s.effects.Load())
-}
-
 // TestE2E_HorizonAndShorterWindow: a server with a 10-minute window shortens
 // the horizon; with a server that keeps failing (5xx, never stored) and a
 // clock that jumps, no attempt is sent after the horizon.
@@ -277,7 +253,7 @@ func TestE2E_HorizonAndShorterWindow(t *testing.T) {
 		next.ServeHTTP(rec, r)
 		// The gateway passes the window on, not the server's replay
 		// marker (a replay would be final).
-		w.Header().Set(server.HeaderWindow, rec.Header().Get(server.HeaderWindow))
+		w.Header().Set(wire.HeaderWindow, rec.Header().Get(wire.HeaderWindow))
 		clock.Advance(2 * time.Minute)
 		// The handler ran; the gateway in front fails. Not stored: 5xx.
 		w.WriteHeader(http.StatusBadGateway)
@@ -288,7 +264,7 @@ func TestE2E_HorizonAndShorterWindow(t *testing.T) {
 	cfg.timeNowFunc = clock.Now
 	b := setup(t, cfg, nil)
 	in, err := b.c.Do(testCtx(t), charge(s.srv.URL))
-	require.ErrorIs(t, err, ErrWindowExpired)
+	require.ErrorIs(t, err, StateExpired)
 	// 24h configured, 600 s advertised, margin min(1m, 60s): horizon = first + 9m.
 	require.Equal(t, in.FirstAttemptAt.Add(9*time.Minute), in.Horizon)
 	mu.Lock()
@@ -352,7 +328,7 @@ func TestE2E_KeysArriveExactly(t *testing.T) {
 	var mu sync.Mutex
 	var seen, raw []string
 	s.setFront(func(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
-		k, err := server.ParseKey(r.Header.Values("Idempotency-Key"))
+		k, err := wire.ParseKey(r.Header.Values("Idempotency-Key"))
 		if err == nil {
 			mu.Lock()
 			seen = append(seen, k)
@@ -432,7 +408,7 @@ func TestE2E_HandlerConflictIsFinal(t *testing.T) {
 			req := charge(s.srv.URL)
 			req.Key = fmt.Sprintf("invoice-%d", status)
 			in, err := b.c.Do(testCtx(t), req)
-			require.ErrorIs(t, err, ErrFailed, "status %d", status)
+			require.ErrorIs(t, err, StateFailed, "status %d", status)
 			require.Equal(t, 1, in.Attempts)
 			require.Equal(t, status, in.Outcome.Status)
 			ins = append(ins, in)
@@ -527,4 +503,80 @@ func resumedIntent(t *testing.T, s *e2eServer, queue, key string) (*Client, *Int
 		require.Equal(t, key, k)
 	}
 	return c, in
+}
+
+// TestE2E_Handler422FreshAndReplayedAgree: a handler's own 422 (a
+// validation failure, not key reuse) is stored by the real server; the
+// first answer and its replay to another queue sending the same key and
+// request map to the same Go error, StateFailed, never ErrKeyReused (the
+// profile reads the problem type through the wire contract, not the
+// status).
+func TestE2E_Handler422FreshAndReplayedAgree(t *testing.T) {
+	t.Parallel()
+	s := newE2EServer(t, nil)
+	s.answer = func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		fmt.Fprint(w, `{"error":"amount must be positive"}`)
+	}
+	cfg := testConfig()
+	cfg.SendHookFunc = authHook
+	var errs []error
+	for _, replayed := range []bool{false, true} {
+		b := setup(t, cfg, nil) // a queue of its own: the server decides
+		req := charge(s.srv.URL)
+		req.Key = "handler-422"
+		in, err := b.c.Do(testCtx(t), req)
+		require.ErrorIs(t, err, StateFailed, "replayed %v", replayed)
+		require.NotErrorIs(t, err, ErrKeyReused, "replayed %v", replayed)
+		require.Equal(t, replayed, in.Outcome.Replayed)
+		require.Equal(t, http.StatusUnprocessableEntity, in.Outcome.Status)
+		errs = append(errs, errors.Unwrap(err))
+		// Read back from the file, it is the same error.
+		c2 := b.reopen(t, cfg)
+		stored, err := c2.Wait(testCtx(t), in.ID)
+		require.ErrorIs(t, err, StateFailed)
+		require.NotErrorIs(t, err, ErrKeyReused)
+		require.Equal(t, StateFailed, stored.State)
+	}
+	require.Equal(t, errs[0], errs[1], "fresh and replayed map to one error")
+	require.EqualValues(t, 1, s.effects.Load(), "the handler ran once")
+}
+
+// TestE2E_KeyReused: the same key with a different body is the real
+// server's 422 (the wire contract's key-reused problem type): the intent
+// ends failed with ErrKeyReused, and is never retried. It is ErrKeyReused
+// when it arrives, when the queue file is read back after a restart, and
+// when the same reused key is sent again and answered again.
+func TestE2E_KeyReused(t *testing.T) {
+	t.Parallel()
+	s := newE2EServer(t, nil)
+	cfg := testConfig()
+	cfg.SendHookFunc = authHook
+	b := setup(t, cfg, nil)
+	first := charge(s.srv.URL)
+	first.Key = "reused"
+	_, err := b.c.Do(testCtx(t), first)
+	require.NoError(t, err)
+
+	for _, round := range []string{"fresh", "again"} {
+		other := setup(t, cfg, nil)
+		second := charge(s.srv.URL)
+		second.Key = "reused"
+		second.Body = []byte(`{"amount": 400000, "currency": "eur"}`)
+		// Another queue (another device) reuses the key for another amount.
+		in, err := other.c.Do(testCtx(t), second)
+		require.ErrorIs(t, err, ErrKeyReused, round)
+		require.Equal(t, StateFailed, in.State, round)
+		require.Equal(t, 1, in.Attempts, round)
+		require.Equal(t, http.StatusUnprocessableEntity, in.Outcome.Status, round)
+		require.Equal(t, "application/problem+json", in.Outcome.Header.Get("Content-Type"), round)
+		require.Contains(t, string(in.Outcome.Body), wire.ProblemType(wire.ProblemKeyReused), round)
+
+		c2 := other.reopen(t, cfg)
+		stored, err := c2.Wait(testCtx(t), in.ID)
+		require.ErrorIs(t, err, ErrKeyReused, "%s, read back from the file", round)
+		require.Equal(t, StateFailed, stored.State)
+	}
+	require.EqualValues(t, 1, s.effects.Load())
 }

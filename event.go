@@ -11,15 +11,14 @@ const (
 	EventAttemptStarted EventKind = "attempt_started"
 	// EventAnswered: the server answered an attempt (Status, Replayed).
 	// A transport error is not an answer: it shows as the Reason of the
-	// EventRetrying or EventRescheduled that follows.
+	// EventRetrying that follows.
 	EventAnswered EventKind = "answered"
-	// EventRetrying: no definitive answer; the same worker retries after
-	// Wait, in-process, with the same key. Reason says why.
+	// EventRetrying: no definitive answer, or a send hook refused the
+	// attempt; the intent is retried with the same key at Next, after Wait.
+	// Either the same worker sleeps the wait out, holding the intent, or
+	// (Queued) the wait is written to the queue and the worker moved on.
+	// Reason says why.
 	EventRetrying EventKind = "retrying"
-	// EventRescheduled: no definitive answer, or a send hook refused the
-	// attempt; the next attempt is due at Next, written to the queue, and
-	// the worker moved on. Reason says why.
-	EventRescheduled EventKind = "rescheduled"
 	// EventEnded: the intent reached a terminal State in this process.
 	EventEnded EventKind = "ended"
 )
@@ -42,10 +41,13 @@ type Event struct {
 	// Reason is why the intent is retried or rescheduled, or the stored
 	// last error of an ended intent.
 	Reason string
-	// Wait is the in-process wait before the retry (EventRetrying).
+	// Wait is how long until the next attempt, and Next when it is due
+	// (EventRetrying).
 	Wait time.Duration
-	// Next is when the next attempt is due (EventRescheduled).
 	Next time.Time
+	// Queued is set when the wait is written to the queue and the worker
+	// moved on (EventRetrying); otherwise the worker sleeps it out.
+	Queued bool
 	// State is the intent's terminal state (EventEnded).
 	State IntentState
 	// At is the time of the event, on the client's clock.

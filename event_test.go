@@ -95,7 +95,7 @@ func TestEvents_LongWaitIsRescheduled(t *testing.T) {
 	go func() { done <- b.c.Run(ctx) }()
 	eventually(t, 10*time.Second, func() bool {
 		for _, e := range log.all() {
-			if e.Kind == EventRescheduled {
+			if e.Kind == EventRetrying && e.Queued {
 				return true
 			}
 		}
@@ -105,7 +105,7 @@ func TestEvents_LongWaitIsRescheduled(t *testing.T) {
 	require.NoError(t, <-done)
 	var re Event
 	for _, e := range log.all() {
-		if e.Kind == EventRescheduled {
+		if e.Kind == EventRetrying && e.Queued {
 			re = e
 		}
 	}
@@ -139,7 +139,7 @@ func TestDo_InterruptedKeepsTheAttemptsError(t *testing.T) {
 	var n atomic.Int32
 	cfg.OnEventFunc = func(e Event) {
 		log.add(e)
-		if e.Kind == EventRetrying && n.Add(1) == 2 {
+		if e.Kind == EventRetrying && !e.Queued && n.Add(1) == 2 {
 			cancel()
 		}
 	}

@@ -114,9 +114,8 @@ func ExampleErrKeyReused() {
 		log.Fatal(err)
 	}
 	defer c.Close()
-	_, err = c.Do(context.Background(), &idemkit.Request{URL: srv.URL, Key: "reused"})
-	var re *idemkit.ResultError
-	fmt.Println(errors.Is(err, idemkit.ErrKeyReused), errors.As(err, &re), re.Intent.State)
+	in, err := c.Do(context.Background(), &idemkit.Request{URL: srv.URL, Key: "reused"})
+	fmt.Println(errors.Is(err, idemkit.ErrKeyReused), errors.Is(err, idemkit.StateFailed), in.State)
 	// Output: true true failed
 }
 

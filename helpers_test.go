@@ -128,3 +128,12 @@ func closedAddr(t *testing.T) string {
 	require.NoError(t, l.Close())
 	return addr
 }
+
+// requireQueueError asserts that err is, or wraps, a *QueueError for which
+// is (a method such as (*QueueError).Locked) reports true.
+func requireQueueError(t *testing.T, err error, is func(*QueueError) bool, msgAndArgs ...any) {
+	t.Helper()
+	var qe *QueueError
+	require.ErrorAs(t, err, &qe, msgAndArgs...)
+	require.True(t, is(qe), "%v: not the expected QueueError problem %v", err, msgAndArgs)
+}

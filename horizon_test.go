@@ -32,7 +32,7 @@ func TestClient_HorizonNeverCrossed(t *testing.T) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
 	in, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL})
-	require.ErrorIs(t, err, ErrWindowExpired)
+	require.ErrorIs(t, err, StateExpired)
 	require.Equal(t, StateExpired, in.State)
 	require.Nil(t, in.Outcome, "the outcome is unknown")
 	// Window 1h, margin min(1m, 6m) = 1m: horizon = first + 59m.
@@ -80,7 +80,8 @@ func TestClient_LongRetryAfter(t *testing.T) {
 	}, "long wait persisted as next_attempt_at")
 	in, err := b.c.Get(ctx, slow.ID)
 	require.NoError(t, err)
-	lead := min(b.c.margin(time.Hour*2)/4, time.Second)
+	hz := horizon{window: 2 * time.Hour, safety: b.c.cfg.SafetyMargin}
+	lead := hz.lead()
 	require.Equal(t, in.Horizon.Add(-lead), in.NextAttemptAt, "a year is clamped to just before the horizon")
 
 	// The worker moved on: another intent is sent meanwhile.
@@ -152,7 +153,7 @@ func TestClient_HorizonNeverExtended(t *testing.T) {
 	require.NoError(t, err)
 	cl, err := b.c.q.claim(ctx, in.ID, clock.Now(), time.Minute, b.c.plan(clock.Now()))
 	require.NoError(t, err)
-	_, err = b.c.drive(ctx, cl)
+	_, err = b.c.send(ctx, cl, false)
 	require.NoError(t, err)
 	first, err := b.c.Get(ctx, in.ID)
 	require.NoError(t, err)
@@ -176,7 +177,7 @@ func TestClient_HorizonNeverExtended(t *testing.T) {
 	before := c2.now()
 	clock2.Set(before.Add(-24 * time.Hour))
 	require.Equal(t, before, c2.now())
-	_, err = c2.drive(ctx, cl)
+	_, err = c2.send(ctx, cl, false)
 	require.NoError(t, err)
 }
 
@@ -203,7 +204,7 @@ func TestClient_ExpiresWithoutSending(t *testing.T) {
 			require.NoError(t, err)
 			cl, err := b.c.q.claim(ctx, in.ID, clock.Now(), time.Minute, b.c.plan(clock.Now()))
 			require.NoError(t, err)
-			_, err = b.c.drive(ctx, cl)
+			_, err = b.c.send(ctx, cl, false)
 			require.NoError(t, err)
 			require.EqualValues(t, 1, sent.Load())
 
@@ -219,7 +220,7 @@ func TestClient_ExpiresWithoutSending(t *testing.T) {
 				cancel()
 				require.NoError(t, <-done)
 			}
-			require.ErrorIs(t, err, ErrWindowExpired)
+			require.ErrorIs(t, err, StateExpired)
 			require.Equal(t, StateExpired, got.State)
 			require.EqualValues(t, 1, sent.Load(), "nothing sent after the horizon")
 			require.Contains(t, got.LastError, "status 503")

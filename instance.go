@@ -4,11 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // A queue knows where it lives. Its first open records the host and the
@@ -20,23 +21,6 @@ import (
 // Client.Adopt sends them anyway, on purpose. The host is named by its
 // hostname and machine id: renaming the host, or reaching the file by
 // another path (a bind mount elsewhere), also counts as elsewhere.
-
-// ForeignIntentError is returned by [Client.Do], [Client.Wait] and the
-// worker's logs for a pending intent that was queued by the queue file at
-// another host or path (the file was copied or moved): it is not sent
-// from here unless adopted with [Client.Adopt].
-//
-//	var fe *idemkit.ForeignIntentError
-//	if errors.As(err, &fe) { /* check with the API whether it happened, then c.Adopt(ctx, fe.ID) */ }
-type ForeignIntentError struct {
-	ID string
-	// Origin and Here name the instances, as "host|path".
-	Origin, Here string
-}
-
-func (e *ForeignIntentError) Error() string {
-	return fmt.Sprintf("idemkit: intent %s was queued at %s, not here (%s): the queue file was copied or moved; it is not sent from here unless adopted with Client.Adopt", e.ID, e.Origin, e.Here)
-}
 
 // hostID names this host: the hostname and, where there is one, the
 // machine id (which a cloned disk image shares, but a copied file does
@@ -93,7 +77,7 @@ func (q *queue) locate(ctx context.Context, host, path string, now time.Time) er
 	q.self = host + "|" + path
 	return q.inTx(ctx, func(ex execer) error {
 		if _, err := ex.ExecContext(ctx, `INSERT INTO idemkit_instance (id, host, path, created_at) VALUES (1, ?, ?, ?)
-			ON CONFLICT (id) DO NOTHING`, host, path, formatTime(now)); err != nil {
+			ON CONFLICT (id) DO NOTHING`, host, path, wire.FormatTime(now)); err != nil {
 			return err
 		}
 		var h, p string
@@ -113,14 +97,14 @@ func (q *queue) instanceOf(in *Intent) string {
 	return in.instance
 }
 
-// foreign returns a *ForeignIntentError if in is pending and was queued
-// by another instance.
+// foreign returns a Foreign QueueError if in is pending and was queued by
+// another instance.
 func (q *queue) foreign(in *Intent) error {
 	if in.State != StatePending {
 		return nil
 	}
 	if o := q.instanceOf(in); o != q.self {
-		return &ForeignIntentError{ID: in.ID, Origin: o, Here: q.self}
+		return &QueueError{problem: queueForeign, IntentID: in.ID, Origin: o, Here: q.self}
 	}
 	return nil
 }
@@ -134,7 +118,7 @@ func (q *queue) countForeign(ctx context.Context) (int, error) {
 }
 
 // Adopt makes pending intents queued by the queue file at another host or
-// path (see [ForeignIntentError]) this instance's own, so that they are
+// path (see [QueueError.Foreign]) this instance's own, so that they are
 // sent from here: the intent with the given id, or every such intent when
 // id is empty. It returns how many it adopted. Adopt only intents you know
 // were never sent, or whose server still remembers their key: the window

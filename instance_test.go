@@ -63,9 +63,10 @@ func TestInstance_CopiedQueueDoesNotResendForeignIntents(t *testing.T) {
 	runFor(t, c, 300*time.Millisecond)
 	require.Zero(t, hits.Load(), "nothing sent from the copy")
 	_, err = c.Wait(testCtx(t), old.ID)
-	var fe *ForeignIntentError
+	var fe *QueueError
 	require.ErrorAs(t, err, &fe)
-	require.Equal(t, old.ID, fe.ID)
+	require.True(t, fe.Foreign())
+	require.Equal(t, old.ID, fe.IntentID)
 	require.Contains(t, fe.Origin, b.path)
 	require.Contains(t, fe.Here, "copy.db")
 	in, err := c.Do(testCtx(t), &Request{URL: srv.URL + "/charges", Body: []byte(`{"amount":1}`), Key: old.Key})
@@ -98,8 +99,9 @@ func TestInstance_AnotherHostRefuses(t *testing.T) {
 	cfg.instanceHost = "another-host"
 	other := b.reopen(t, cfg)
 	_, err = other.Wait(testCtx(t), in.ID)
-	var fe *ForeignIntentError
+	var fe *QueueError
 	require.ErrorAs(t, err, &fe)
+	require.True(t, fe.Foreign())
 	n, err := other.Adopt(testCtx(t), "")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
@@ -156,7 +158,7 @@ func TestDo_ReturnsIntentWhenLaterWriteFails(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	in, err := c.Do(testCtx(t), &Request{URL: srv.URL})
-	require.ErrorIs(t, err, ErrQueueLocked)
+	requireQueueError(t, err, (*QueueError).Locked)
 	require.NotNil(t, in, "the persisted intent is returned")
 	require.NotEmpty(t, in.ID)
 	_, err = lock.ExecContext(context.Background(), "ROLLBACK")

@@ -1,20 +1,13 @@
 package idemkit
 
 import (
-	"crypto/sha256"
-	"encoding/json"
-	"fmt"
-	"maps"
 	"net/http"
-	"net/url"
-	"slices"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 )
 
-// IntentState is the state of an [Intent].
+// IntentState is the state of an [Intent]. It is also the error of an
+// intent that did not succeed: [Client.Do] and [Client.Wait] return an error
+// matching its state (see [IntentState.Error]).
 type IntentState string
 
 const (
@@ -41,13 +34,10 @@ func (s IntentState) valid() bool {
 	return false
 }
 
-// MaxBodySize is the largest request body a [Request] may carry (10 MiB).
+// maxBodySize is the largest request body a [Request] may carry (10 MiB).
 // Larger bodies are refused with [ErrInvalidRequest]; the stored response
 // body of an Outcome is cut at the same size.
-const MaxBodySize = 10 << 20
-
-// maxKeyLen is the longest Idempotency-Key the wire contract allows.
-const maxKeyLen = 255
+const maxBodySize = 10 << 20
 
 // Request is what the caller wants sent, once, with one key.
 type Request struct {
@@ -60,7 +50,7 @@ type Request struct {
 	// memory for as long as it drives the intent, and a process that resumes
 	// the intent later gets them from Config.SendHookFunc.
 	Header http.Header
-	// Body is sent with every attempt; at most MaxBodySize bytes.
+	// Body is sent with every attempt; at most 10 MiB.
 	Body []byte
 	// Key is the Idempotency-Key. When empty, an Idempotency-Key header is
 	// used if present, else a random UUID is minted, once.
@@ -81,7 +71,9 @@ type Intent struct {
 	// same key again with a different fingerprint is ErrKeyReused.
 	Fingerprint []byte
 
-	Attempts      int
+	Attempts int
+	// NextAttemptAt is when the next attempt may start: the due time, or,
+	// while a process holds the intent's lease, the lease's end if later.
 	NextAttemptAt time.Time
 	// FirstAttemptAt is zero until the first attempt starts.
 	FirstAttemptAt time.Time
@@ -144,323 +136,4 @@ type ListOptions struct {
 	UpdatedSince time.Time
 	// Limit is the maximum number of intents. Defaults to 100.
 	Limit int
-}
-
-// fingerprintVersion prefixes every client fingerprint.
-const fingerprintVersion = "idemkit-client-fp-v1"
-
-func fingerprint(method, rawURL string, body []byte) []byte {
-	h := sha256.New()
-	fmt.Fprintf(h, "%s\n%s\n%s\n%d\n", fingerprintVersion, method, rawURL, len(body))
-	h.Write(body)
-	return h.Sum(nil)
-}
-
-// prepared is a validated Request split into what is stored and what is
-// only kept in memory.
-type prepared struct {
-	method, url, host string
-	key               string
-	header            http.Header // stored
-	creds             http.Header // memory only
-	body              []byte
-	fp                []byte
-}
-
-// credNames are the names of the credential headers, sorted.
-func (p *prepared) credNames() []string {
-	if len(p.creds) == 0 {
-		return nil
-	}
-	return slices.Sorted(maps.Keys(p.creds))
-}
-
-// credNamesJSON is credNames as stored: a JSON array, or NULL.
-func (p *prepared) credNamesJSON() any {
-	names := p.credNames()
-	if names == nil {
-		return nil
-	}
-	b, _ := json.Marshal(names)
-	return string(b)
-}
-
-// prepare validates req for the host's profile prof and separates the
-// credential headers.
-func prepare(req *Request, cfg *Config, prof *Profile) (*prepared, error) {
-	if req == nil {
-		return nil, invalidf("nil Request")
-	}
-	method := req.Method
-	if method == "" {
-		method = http.MethodPost
-	}
-	if !validToken(method) {
-		return nil, invalidf("method %q is not a valid HTTP token", method)
-	}
-	u, err := url.Parse(req.URL)
-	if err != nil {
-		return nil, invalidf("URL: %v", err)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, invalidf("URL %q: scheme must be http or https", redact(req.URL))
-	}
-	if u.Host == "" {
-		return nil, invalidf("URL %q: no host", redact(req.URL))
-	}
-	if u.User != nil {
-		return nil, invalidf("URL: user:password@ would be stored in the queue; send credentials with Config.SendHookFunc")
-	}
-	if err := cfg.checkQuery(u); err != nil {
-		return nil, err
-	}
-	if len(req.Body) > MaxBodySize {
-		return nil, invalidf("body is %d bytes, more than MaxBodySize (%d)", len(req.Body), MaxBodySize)
-	}
-	p := &prepared{
-		method: method,
-		url:    u.String(),
-		host:   strings.ToLower(u.Scheme + "://" + u.Host),
-		header: http.Header{},
-		creds:  http.Header{},
-		body:   req.Body,
-		key:    req.Key,
-	}
-	if p.body == nil {
-		p.body = []byte{}
-	}
-	for name, values := range req.Header {
-		if !validToken(name) {
-			return nil, invalidf("header name %q is not a valid HTTP token", name)
-		}
-		for _, v := range values {
-			if !validHeaderValue(v) {
-				return nil, invalidf("header %s: value contains a control character (CR, LF, NUL, …), which no HTTP client may send", name)
-			}
-		}
-		cn := http.CanonicalHeaderKey(name)
-		switch {
-		case cn == http.CanonicalHeaderKey(prof.KeyHeader):
-			if len(values) != 1 {
-				return nil, invalidf("%s header given %d times", cn, len(values))
-			}
-			if p.key == "" {
-				p.key = values[0]
-			} else if p.key != values[0] {
-				return nil, invalidf("Request.Key and the %s header differ", cn)
-			}
-		case cfg.memoryOnly(cn):
-			p.creds[cn] = append([]string(nil), values...)
-		default:
-			p.header[cn] = append([]string(nil), values...)
-		}
-	}
-	if p.key != "" {
-		if err := prof.checkKey(p.key); err != nil {
-			return nil, err
-		}
-	}
-	p.fp = fingerprint(p.method, p.url, p.body)
-	return p, nil
-}
-
-// validateKey checks what every key must be, whatever the profile: 1 to
-// 255 bytes of valid UTF-8 without control characters (C0, DEL or C1).
-// Profile.checkKey adds what the profile's encoding can carry.
-func validateKey(k string) error {
-	if len(k) == 0 || len(k) > maxKeyLen {
-		return invalidf("key is %d bytes; it must be 1 to %d", len(k), maxKeyLen)
-	}
-	if !utf8.ValidString(k) {
-		return invalidf("key is not valid UTF-8")
-	}
-	for i, r := range k {
-		if unicode.IsControl(r) {
-			return invalidf("key has a control character (U+%04X) at byte %d", r, i)
-		}
-	}
-	return nil
-}
-
-// keyNeedsQuotes reports whether k, sent bare, would reach the server as a
-// different key: HTTP strips surrounding whitespace, a leading quote starts
-// an RFC 8941 string, a comma joins field lines.
-func keyNeedsQuotes(k string) bool {
-	return k[0] == '"' || strings.ContainsRune(k, ',') ||
-		strings.TrimLeft(k, " \t") != k || strings.TrimRight(k, " \t") != k
-}
-
-func printableASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
-}
-
-// validToken reports whether s is an RFC 9110 token.
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// redact removes user info and the query from a URL for logs and errors.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "<unparseable URL>"
-	}
-	u.User = nil
-	if u.RawQuery != "" {
-		u.RawQuery = "redacted"
-	}
-	return u.String()
-}
-
-// Timestamps are stored as fixed-width RFC 3339 UTC text with milliseconds,
-// so they sort as strings.
-const timeLayout = "2006-01-02T15:04:05.000Z"
-
-func formatTime(t time.Time) string { return t.UTC().Truncate(time.Millisecond).Format(timeLayout) }
-
-func parseTime(s string) (time.Time, error) {
-	if len(s) != len(timeLayout) {
-		return time.Time{}, fmt.Errorf("timestamp %q: want %s", s, timeLayout)
-	}
-	return time.Parse(timeLayout, s)
-}
-
-// row is one intents row as scanned, before decoding.
-type row struct {
-	id, key, state, method, url, host string
-	header                            []byte
-	body, fp                          []byte
-	attempts                          int64
-	nextAttemptAt                     string
-	firstAttemptAt, horizon           *string
-	leaseToken                        int64
-	outcomeStatus                     *int64
-	outcomeHeader                     []byte
-	outcomeBody                       []byte
-	outcomeReplayed                   *int64
-	outcomeKeyReused                  int64
-	lastError                         string
-	createdAt, updatedAt              string
-	instance                          *string
-	credentialHeaders                 *string
-}
-
-// rowColumns lists the columns scanned into a row, in scan order.
-const rowColumns = `id, key, state, method, url, host, header, body, fingerprint, attempts,
-	next_attempt_at, first_attempt_at, horizon, lease_token, outcome_status, outcome_header,
-	outcome_body, outcome_replayed, outcome_key_reused, last_error, created_at, updated_at, instance,
-	credential_headers`
-
-type scanner interface{ Scan(dest ...any) error }
-
-func scanRow(s scanner) (*row, error) {
-	r := &row{}
-	err := s.Scan(&r.id, &r.key, &r.state, &r.method, &r.url, &r.host, &r.header, &r.body, &r.fp,
-		&r.attempts, &r.nextAttemptAt, &r.firstAttemptAt, &r.horizon, &r.leaseToken, &r.outcomeStatus,
-		&r.outcomeHeader, &r.outcomeBody, &r.outcomeReplayed, &r.outcomeKeyReused, &r.lastError, &r.createdAt, &r.updatedAt, &r.instance,
-		&r.credentialHeaders)
-	return r, err
-}
-
-// decodeIntent turns a stored row into an Intent. Anything it cannot make
-// sense of is ErrQueueCorrupt, never a panic.
-func decodeIntent(r *row) (*Intent, error) {
-	bad := func(what string, err error) error {
-		if err != nil {
-			return fmt.Errorf("%w: intent %q: %s: %v", ErrQueueCorrupt, r.id, what, err)
-		}
-		return fmt.Errorf("%w: intent %q: %s", ErrQueueCorrupt, r.id, what)
-	}
-	in := &Intent{
-		ID: r.id, Key: r.key, State: IntentState(r.state), Method: r.method, URL: r.url,
-		Body: r.body, Fingerprint: r.fp, Attempts: int(r.attempts), LastError: r.lastError,
-	}
-	if r.instance != nil {
-		in.instance = *r.instance
-	}
-	if r.id == "" {
-		return nil, bad("empty id", nil)
-	}
-	if r.credentialHeaders != nil {
-		if err := json.Unmarshal([]byte(*r.credentialHeaders), &in.CredentialHeaders); err != nil {
-			return nil, bad("credential_headers", err)
-		}
-	}
-	if !in.State.valid() {
-		return nil, bad(fmt.Sprintf("unknown state %q", r.state), nil)
-	}
-	if err := validateKey(r.key); err != nil {
-		return nil, bad("key", err)
-	}
-	if !validToken(r.method) {
-		return nil, bad("method", nil)
-	}
-	if r.attempts < 0 || r.attempts > 1<<31 {
-		return nil, bad("attempts out of range", nil)
-	}
-	if len(r.body) > MaxBodySize {
-		return nil, bad("body over MaxBodySize", nil)
-	}
-	if in.Body == nil {
-		in.Body = []byte{}
-	}
-	h, err := decodeHeader(r.header)
-	if err != nil {
-		return nil, bad("header", err)
-	}
-	in.Header = h
-	var t time.Time
-	for _, f := range []struct {
-		dst  *time.Time
-		src  *string
-		name string
-	}{
-		{&in.NextAttemptAt, &r.nextAttemptAt, "next_attempt_at"},
-		{&in.FirstAttemptAt, r.firstAttemptAt, "first_attempt_at"},
-		{&in.Horizon, r.horizon, "horizon"},
-		{&in.CreatedAt, &r.createdAt, "created_at"},
-		{&in.UpdatedAt, &r.updatedAt, "updated_at"},
-	} {
-		if f.src == nil {
-			continue
-		}
-		if t, err = parseTime(*f.src); err != nil {
-			return nil, bad(f.name, err)
-		}
-		*f.dst = t
-	}
-	if r.outcomeStatus != nil {
-		st := *r.outcomeStatus
-		if st < 100 || st > 999 {
-			return nil, bad("outcome status out of range", nil)
-		}
-		oh, err := decodeHeader(r.outcomeHeader)
-		if err != nil {
-			return nil, bad("outcome header", err)
-		}
-		body := r.outcomeBody
-		if body == nil {
-			body = []byte{}
-		}
-		in.Outcome = &Outcome{Status: int(st), Header: oh, Body: body,
-			Replayed: r.outcomeReplayed != nil && *r.outcomeReplayed != 0, keyReused: r.outcomeKeyReused != 0}
-	}
-	return in, nil
 }

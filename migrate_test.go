@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/migrate"
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // snapshot returns every row of table, in rowid order, with the given
@@ -47,6 +50,13 @@ func snapshot(t *testing.T, db *sql.DB, table string, cols []string) ([][]any, [
 	return out, names
 }
 
+// migrationsTable is the versions table as clients before the module's
+// migration runner created it (without its name column).
+const migrationsTable = `CREATE TABLE IF NOT EXISTS idemkit_client_migrations (
+	version    INTEGER PRIMARY KEY,
+	applied_at TEXT    NOT NULL
+) STRICT`
+
 func migrationVersions(t *testing.T, db *sql.DB) []int {
 	t.Helper()
 	rows, err := db.Query(`SELECT version FROM idemkit_client_migrations ORDER BY version`)
@@ -72,18 +82,18 @@ func TestMigrate_From001(t *testing.T) {
 	ctx := testCtx(t)
 	path := filepath.Join(t.TempDir(), "queue.db")
 	db := rawDB(t, path)
-	script, err := schemaFS.ReadFile("schema/001_create_queue.sql")
+	script, err := schemaFS.ReadFile("schema/001_create_queue.up.sql")
 	require.NoError(t, err)
 	_, err = db.ExecContext(ctx, string(script))
 	require.NoError(t, err)
 	_, err = db.ExecContext(ctx, migrationsTable)
 	require.NoError(t, err)
-	_, err = db.ExecContext(ctx, `INSERT INTO idemkit_client_migrations (version, applied_at) VALUES (1, ?)`, formatTime(time.Now()))
+	_, err = db.ExecContext(ctx, `INSERT INTO idemkit_client_migrations (version, applied_at) VALUES (1, ?)`, wire.FormatTime(time.Now()))
 	require.NoError(t, err)
 
 	now := time.Now()
-	past, leaseEnd := formatTime(now.Add(-time.Hour)), formatTime(now.Add(10*time.Minute))
-	horizon := formatTime(now.Add(23 * time.Hour))
+	past, leaseEnd := wire.FormatTime(now.Add(-time.Hour)), wire.FormatTime(now.Add(10*time.Minute))
+	horizon := wire.FormatTime(now.Add(23 * time.Hour))
 	intents := []struct {
 		id, state, next string
 		attempts, token int
@@ -91,7 +101,7 @@ func TestMigrate_From001(t *testing.T) {
 	}{
 		{"new", "pending", past, 0, 0, nil},
 		{"leased", "pending", leaseEnd, 1, 1, nil}, // in flight in a 001 client
-		{"later", "pending", formatTime(now.Add(time.Hour)), 2, 2, nil},
+		{"later", "pending", wire.FormatTime(now.Add(time.Hour)), 2, 2, nil},
 		{"paid", "succeeded", past, 2, 2, 201},
 		{"refused", "failed", past, 1, 1, 402},
 		{"reused", "failed", past, 1, 1, 422}, // a 001 client's "key reused"
@@ -136,7 +146,7 @@ func TestMigrate_From001(t *testing.T) {
 
 	c, err := Open(ctx, path, testConfig())
 	require.NoError(t, err)
-	require.Equal(t, []int{1, 2, 3, 4, 5}, migrationVersions(t, db))
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6}, migrationVersions(t, db))
 	for table, rows := range before {
 		after, _ := snapshot(t, db, table, columns[table])
 		require.Equal(t, rows, after, "%s is unchanged by the migration", table)
@@ -154,7 +164,7 @@ func TestMigrate_From001(t *testing.T) {
 	require.True(t, paid.Outcome.Replayed)
 	require.Equal(t, http.Header{"Content-Type": {"application/json"}}, paid.Outcome.Header, "a JSON header row still reads")
 	// 003 keeps what a 001 client meant: a fresh 422 was "key reused".
-	for id, want := range map[string]error{"reused": ErrKeyReused, "refused": ErrFailed, "paid": nil} {
+	for id, want := range map[string]error{"reused": ErrKeyReused, "refused": StateFailed, "paid": nil} {
 		in, err := c.Get(ctx, id)
 		require.NoError(t, err)
 		if want == nil {
@@ -170,7 +180,7 @@ func TestMigrate_From001(t *testing.T) {
 	c.takeOver(ctx, "leased")
 	leased, err := c.Get(ctx, "leased")
 	require.NoError(t, err)
-	require.Equal(t, leaseEnd, formatTime(leased.NextAttemptAt))
+	require.Equal(t, leaseEnd, wire.FormatTime(leased.NextAttemptAt))
 	require.NoError(t, c.Close())
 
 	// Opened again: nothing is applied twice, and the queue works.
@@ -185,7 +195,7 @@ func TestMigrate_From001(t *testing.T) {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	c2 := (&testBundle{path: path}).reopen(t, testConfig())
-	require.Equal(t, []int{1, 2, 3, 4, 5}, migrationVersions(t, db))
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6}, migrationVersions(t, db))
 	in, err := c2.Do(ctx, &Request{URL: srv.URL + "/new-charge", Key: "after-migration"})
 	require.NoError(t, err)
 	require.Equal(t, StateSucceeded, in.State)
@@ -251,7 +261,7 @@ func TestQueue_LeaseOwnerLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, cl)
 	require.Equal(t, b.c.q.owner, *ownerOf(later.ID))
-	got, err := b.c.drive(ctx, cl)
+	got, err := b.c.send(ctx, cl, false)
 	require.NoError(t, err)
 	require.True(t, got.NextAttemptAt.After(time.Now().Add(30*time.Minute)))
 	require.Nil(t, ownerOf(later.ID), "a persisted wait holds no lease")
@@ -270,18 +280,19 @@ func TestQueue_LeaseOwnerLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	cl, err = b.c.q.claim(ctx, rel.ID, time.Now(), time.Minute, b.c.plan(time.Now()))
 	require.NoError(t, err)
-	require.NoError(t, b.c.q.reschedule(ctx, rel.ID, cl.token, time.Now(), time.Now(), time.Time{}, nil, "released", false))
+	require.NoError(t, b.c.q.reschedule(ctx, cl.lease, time.Now(), wait{due: time.Now(), lastErr: "released"}))
 	require.Nil(t, ownerOf(rel.ID))
 
-	// A 001 client's claim (token moved, holder not named) clears the name
-	// of the previous holder, who no longer holds the lease; a claim that
-	// names its holder keeps it.
+	// A 001 client's claim (token moved, holder not named), once the lease
+	// ran out by its clock, clears the name of the previous holder, who no
+	// longer holds the lease; a claim that names its holder keeps it.
 	cl, err = b.c.q.claim(ctx, rel.ID, time.Now(), time.Minute, b.c.plan(time.Now()))
 	require.NoError(t, err)
 	require.NotNil(t, cl)
 	require.Equal(t, b.c.q.owner, *ownerOf(rel.ID), "a claim after a release names its holder")
-	_, err = db.ExecContext(ctx, `UPDATE idemkit_intents SET lease_token = lease_token + 1, attempts = attempts + 1, next_attempt_at = ? WHERE id = ?`,
-		formatTime(time.Now().Add(time.Minute)), rel.ID)
+	ranOut := time.Now().Add(2 * time.Minute)
+	_, err = db.ExecContext(ctx, `UPDATE idemkit_intents SET lease_token = lease_token + 1, attempts = attempts + 1, next_attempt_at = ?, updated_at = ? WHERE id = ?`,
+		wire.FormatTime(ranOut.Add(time.Minute)), wire.FormatTime(ranOut), rel.ID)
 	require.NoError(t, err)
 	require.Nil(t, ownerOf(rel.ID), "the 001 client's lease names no holder")
 	_, err = db.ExecContext(ctx, `UPDATE idemkit_intents SET lease_token = lease_token + 1, lease_owner = 'h/1/1' WHERE id = ?`, rel.ID)
@@ -299,7 +310,7 @@ func mustGet(t *testing.T, c *Client, id string) *Intent {
 	return in
 }
 
-// TestQueueSchemaVersion_IsTheLastMigration: the exported version is the
+// TestQueueSchemaVersion_IsTheLastMigration: the version this package writes is the
 // number of the last embedded migration, and what a fresh queue records.
 func TestQueueSchemaVersion_IsTheLastMigration(t *testing.T) {
 	t.Parallel()
@@ -308,9 +319,125 @@ func TestQueueSchemaVersion_IsTheLastMigration(t *testing.T) {
 	sort.Strings(names)
 	last, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(names[len(names)-1], "schema/"), "_", 2)[0])
 	require.NoError(t, err)
-	require.Equal(t, last, QueueSchemaVersion)
+	require.Equal(t, last, queueSchemaVersion)
 	b := setup(t, nil, nil)
 	var v int
 	require.NoError(t, rawDB(t, b.path).QueryRow(`SELECT MAX(version) FROM idemkit_client_migrations`).Scan(&v))
-	require.Equal(t, QueueSchemaVersion, v)
+	require.Equal(t, queueSchemaVersion, v)
+	got, err := b.c.SchemaVersion(testCtx(t))
+	require.NoError(t, err)
+	require.Equal(t, queueSchemaVersion, got)
+}
+
+// TestMigrate_LeaseEndMovesToLeasedUntil: a queue file at schema 005, with
+// an intent leased by a named holder (its next_attempt_at the lease's
+// end) and one merely due, is migrated by 006: the lease's end moves to
+// leased_until, due times stay, the leased intent is not claimable before
+// its lease ends and the other is.
+func TestMigrate_LeaseEndMovesToLeasedUntil(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	path := filepath.Join(t.TempDir(), "queue.db")
+	db := rawDB(t, path)
+	_, err := db.ExecContext(ctx, migrationsTable)
+	require.NoError(t, err)
+	for v, name := range []string{"001_create_queue", "002_lease_owner", "003_outcome_key_reused", "004_instance", "005_credential_headers"} {
+		script, err := schemaFS.ReadFile("schema/" + name + ".up.sql")
+		require.NoError(t, err)
+		_, err = db.ExecContext(ctx, string(script))
+		require.NoError(t, err)
+		_, err = db.ExecContext(ctx, `INSERT INTO idemkit_client_migrations (version, applied_at) VALUES (?, ?)`, v+1, wire.FormatTime(time.Now()))
+		require.NoError(t, err)
+	}
+	now := time.Now()
+	past, leaseEnd := wire.FormatTime(now.Add(-time.Hour)), wire.FormatTime(now.Add(10*time.Minute))
+	for _, r := range []struct {
+		id, next string
+		owner    any
+	}{{"held", leaseEnd, "h/1/1"}, {"due", past, nil}} {
+		_, err := db.ExecContext(ctx, `INSERT INTO idemkit_intents (id, key, state, method, url, host, header, body, fingerprint,
+			attempts, next_attempt_at, lease_token, lease_owner, created_at, updated_at)
+			VALUES (?, ?, 'pending', 'POST', 'http://127.0.0.1:1/charges', 'http://127.0.0.1:1', X'7B7D', X'', X'00', 1, ?, 1, ?, ?, ?)`,
+			r.id, "key-"+r.id, r.next, r.owner, past, past)
+		require.NoError(t, err)
+	}
+
+	c, err := Open(ctx, path, testConfig())
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6}, migrationVersions(t, db))
+	for id, want := range map[string]struct{ next, until any }{
+		"held": {leaseEnd, leaseEnd},
+		"due":  {past, nil},
+	} {
+		var next string
+		var until any
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT next_attempt_at, leased_until FROM idemkit_intents WHERE id = ?`, id).Scan(&next, &until))
+		require.Equal(t, want.next, next, "%s: due time kept", id)
+		require.Equal(t, want.until, until, "%s: leased_until", id)
+	}
+	held := mustGet(t, c, "held")
+	require.Equal(t, leaseEnd, wire.FormatTime(held.NextAttemptAt), "a held intent is next attempted when its lease ends")
+	cl, err := c.q.claim(ctx, "held", now, time.Minute, c.plan(now))
+	require.NoError(t, err)
+	require.Nil(t, cl, "still leased")
+	cl, err = c.q.claim(ctx, "due", now, time.Minute, c.plan(now))
+	require.NoError(t, err)
+	require.NotNil(t, cl, "due and not leased")
+}
+
+// TestOpen_RefusesANewerQueue: a queue migrated by a newer version (a
+// schema this one cannot write safely: 006 moved the lease's end out of
+// next_attempt_at, which an older client would claim through) is refused,
+// and left as it was.
+func TestOpen_RefusesANewerQueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	require.NoError(t, b.c.Close())
+	db := rawDB(t, b.path)
+	_, err := db.Exec(`INSERT INTO idemkit_client_migrations (version, name, applied_at) VALUES (?, 'from_the_future', ?)`,
+		queueSchemaVersion+1, wire.FormatTime(time.Now()))
+	require.NoError(t, err)
+	_, err = Open(testCtx(t), b.path, testConfig())
+	requireQueueError(t, err, (*QueueError).Newer)
+	require.ErrorIs(t, err, migrate.ErrNewerSchema)
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7}, migrationVersions(t, db))
+}
+
+// TestMigrate_OlderClientCannotClaimALiveLease: a client from before 006
+// sharing the file claims by next_attempt_at alone, which is now the due
+// time of an intent whose lease is live: its claim (the 005 claim
+// statement) is refused while the lease runs by its own clock, and passes
+// once it has run out.
+func TestMigrate_OlderClientCannotClaimALiveLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	ctx := testCtx(t)
+	in, err := b.c.Submit(ctx, &Request{URL: "http://127.0.0.1:1/x"})
+	require.NoError(t, err)
+	now := time.Now()
+	cl, err := b.c.q.claim(ctx, in.ID, now, time.Minute, b.c.plan(now))
+	require.NoError(t, err)
+	require.NotNil(t, cl)
+	const claim005 = `UPDATE idemkit_intents SET
+		lease_token = lease_token + 1, lease_owner = ?5, attempts = attempts + 1,
+		first_attempt_at = COALESCE(first_attempt_at, ?1),
+		horizon = CASE WHEN horizon IS NULL OR horizon > ?2 THEN ?2 ELSE horizon END,
+		next_attempt_at = ?3, updated_at = ?1
+	WHERE id = ?4 AND state = 'pending'`
+	db := rawDB(t, b.path)
+	old := func(at time.Time) error {
+		_, err := db.ExecContext(ctx, claim005, wire.FormatTime(at), wire.FormatTime(at.Add(time.Hour)),
+			wire.FormatTime(at.Add(time.Minute)), in.ID, "h/1/1")
+		return err
+	}
+	err = old(now.Add(time.Second))
+	require.ErrorContains(t, err, "leased")
+	var token int64
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT lease_token FROM idemkit_intents WHERE id = ?`, in.ID).Scan(&token))
+	require.Equal(t, cl.token, token, "the live lease is untouched")
+
+	require.NoError(t, old(now.Add(2*time.Minute)), "a lease that ran out may be claimed")
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT lease_token FROM idemkit_intents WHERE id = ?`, in.ID).Scan(&token))
+	require.Equal(t, cl.token+1, token)
 }

@@ -94,18 +94,18 @@ func (p *probes) handoff(host, id string, next time.Time) string {
 	return ""
 }
 
-// noAnswer plans the next attempt of an intent whose attempt on d.host
+// noAnswer plans the next attempt of an intent whose attempt on s.host
 // got no answer, given the policy's next: capped at probeInterval if it
 // is the host's probe. A probe spends at most half of its
 // MaxAttemptsPerHour budget probing (the rest is for its own backoff):
 // past that, handoff is true and another waiting intent probes. The budget
 // itself is applied by the caller.
-func (d *drive) noAnswer(ctx context.Context, now, next time.Time) (_ time.Time, handoff bool) {
-	if !d.c.probes.wants(d.host, d.in.ID, now) {
+func (s *sending) noAnswer(ctx context.Context, now, next time.Time) (_ time.Time, handoff bool) {
+	if !s.c.probes.wants(s.host, s.in.ID, now) {
 		return next, false
 	}
-	if half := d.c.cfg.MaxAttemptsPerHour / 2; half > 0 {
-		t, err := d.c.q.nthLastAttempt(ctx, d.in.ID, half)
+	if half := s.c.cfg.MaxAttemptsPerHour / 2; half > 0 {
+		t, err := s.c.q.nthLastAttempt(ctx, s.in.ID, half)
 		if err != nil || (!t.IsZero() && t.After(now.Add(-time.Hour))) {
 			return next, true
 		}

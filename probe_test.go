@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // TestRun_FirstSuccessSoonAfterTheServerReturns: five intents against a
@@ -25,7 +27,7 @@ func TestRun_FirstSuccessSoonAfterTheServerReturns(t *testing.T) {
 	cfg.timeNowFunc = clock.Now
 	cfg.Concurrency = 2
 	cfg.MaxSleep = time.Millisecond // every wait goes to the queue: the clock decides
-	cfg.Backoff = func(time.Duration, time.Duration, int, *http.Response) time.Duration { return BackoffCapDefault }
+	cfg.Backoff = func(time.Duration, time.Duration, int, *http.Response) time.Duration { return backoffCap }
 	var up atomic.Bool
 	var mu sync.Mutex
 	var succeeded []time.Time
@@ -85,13 +87,13 @@ func settle(t *testing.T, db *sql.DB, now time.Time) (time.Time, int) {
 	eventually(t, 10*time.Second, func() bool {
 		var busy int
 		err := db.QueryRow(`SELECT COUNT(*), COALESCE(SUM(lease_owner IS NOT NULL OR next_attempt_at <= ?), 0), MIN(next_attempt_at)
-			FROM idemkit_intents WHERE state = 'pending'`, formatTime(now)).Scan(&pending, &busy, &next)
+			FROM idemkit_intents WHERE state = 'pending'`, wire.FormatTime(now)).Scan(&pending, &busy, &next)
 		return err == nil && busy == 0
 	}, "the workers settle")
 	if pending == 0 {
 		return time.Time{}, 0
 	}
-	at, err := parseTime(next.String)
+	at, err := wire.ParseTime(next.String)
 	require.NoError(t, err)
 	return at, pending
 }
@@ -106,7 +108,7 @@ func TestRun_ProbeSpendsHalfTheBudget(t *testing.T) {
 	cfg.timeNowFunc = clock.Now
 	cfg.MaxSleep = time.Millisecond
 	cfg.MaxAttemptsPerHour = 10
-	cfg.Backoff = func(time.Duration, time.Duration, int, *http.Response) time.Duration { return BackoffCapDefault }
+	cfg.Backoff = func(time.Duration, time.Duration, int, *http.Response) time.Duration { return backoffCap }
 	b := setup(t, cfg, nil)
 	ctx, cancel := context.WithCancel(testCtx(t))
 	_, err := b.c.Submit(ctx, &Request{URL: "http://" + closedAddr(t)})
@@ -123,5 +125,5 @@ func TestRun_ProbeSpendsHalfTheBudget(t *testing.T) {
 	}
 	cancel()
 	require.NoError(t, <-done)
-	require.Equal(t, []time.Duration{time.Second, time.Second, time.Second, time.Second, BackoffCapDefault, BackoffCapDefault, BackoffCapDefault}, gaps)
+	require.Equal(t, []time.Duration{time.Second, time.Second, time.Second, time.Second, backoffCap, backoffCap, backoffCap}, gaps)
 }

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // Profile describes the idempotency dialect of one API: which header
@@ -73,17 +75,16 @@ type Answer struct {
 	Wait time.Duration
 }
 
-// Problem type URIs of the idemkit server (package server, problem.go).
-const (
-	problemTypeBase      = "https://github.com/idemkit/idemkit/blob/main/docs/problems.md#"
-	problemTypeInFlight  = problemTypeBase + "in-flight"
-	problemTypeKeyReused = problemTypeBase + "key-reused"
+// Problem type URIs of the idemkit server, from the wire contract.
+var (
+	problemTypeInFlight  = wire.ProblemType(wire.ProblemInFlight)
+	problemTypeKeyReused = wire.ProblemType(wire.ProblemKeyReused)
 )
 
 // replaySpellings are the replay markers seen in the wild: Stripe's and
 // the idemkit server's Idempotent-Replayed, and the variants other
 // middlewares send.
-var replaySpellings = []string{"Idempotent-Replayed", "Idempotency-Replayed", "Idempotent-Replay", "Idempotency-Replay"}
+var replaySpellings = []string{wire.HeaderReplayed, "Idempotency-Replayed", "Idempotent-Replay", "Idempotency-Replay"}
 
 // KnownProfile returns a copy of a shipped profile, by name:
 //
@@ -171,10 +172,10 @@ func KnownProfile(name string) (Profile, bool) {
 // withDefaults returns a deep copy of p with its defaults filled in.
 func (p Profile) withDefaults() Profile {
 	if p.KeyHeader == "" {
-		p.KeyHeader = "Idempotency-Key"
+		p.KeyHeader = wire.HeaderKey
 	}
 	if p.KeyMaxLen <= 0 {
-		p.KeyMaxLen = maxKeyLen
+		p.KeyMaxLen = wire.MaxKeyBytes
 	}
 	p.ReplayHeaders = append([]string(nil), p.ReplayHeaders...)
 	p.Retry = append([]Answer(nil), p.Retry...)
@@ -186,8 +187,8 @@ func (p *Profile) validate(where string) error {
 	if !validToken(p.KeyHeader) {
 		return fmt.Errorf("idemkit: %s: KeyHeader %q is not a header name", where, p.KeyHeader)
 	}
-	if p.KeyMaxLen > maxKeyLen {
-		return fmt.Errorf("idemkit: %s: KeyMaxLen %d is over %d", where, p.KeyMaxLen, maxKeyLen)
+	if p.KeyMaxLen > wire.MaxKeyBytes {
+		return fmt.Errorf("idemkit: %s: KeyMaxLen %d is over %d", where, p.KeyMaxLen, wire.MaxKeyBytes)
 	}
 	if p.Window < 0 || (p.Window > 0 && p.Window < time.Second) {
 		return fmt.Errorf("idemkit: %s: Window must be 0 or at least 1s, got %v", where, p.Window)
@@ -215,12 +216,12 @@ func (p *Profile) checkKey(k string) error {
 		return err
 	}
 	if p.KeyQuoted {
-		if !printableASCII(k) {
+		if _, ok := wire.QuoteString(k); !ok {
 			return invalidf("key %q: profile %s sends keys as RFC 8941 strings, which carry printable ASCII only", k, p.Name)
 		}
 		return nil
 	}
-	if keyNeedsQuotes(k) {
+	if wire.NeedsQuotes(k) {
 		return invalidf("key %q: profile %s sends keys bare, and a bare key with surrounding spaces, a leading quote or a comma would not reach the server unchanged; use another key (it is never quoted behind your back)", k, p.Name)
 	}
 	return nil
@@ -232,8 +233,8 @@ func (p *Profile) keyValue(k string) string {
 	if !p.KeyQuoted {
 		return k
 	}
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`)
-	return `"` + r.Replace(k) + `"`
+	v, _ := wire.QuoteString(k)
+	return v
 }
 
 // replayed reports whether h marks a replayed answer.

@@ -117,7 +117,7 @@ func TestReplay_IsFinalWhateverItsStatus(t *testing.T) {
 			require.True(t, in.Outcome.Replayed)
 			require.Equal(t, tc.status, in.Outcome.Status)
 			if tc.want == StateFailed {
-				require.ErrorIs(t, err, ErrFailed)
+				require.ErrorIs(t, err, StateFailed)
 				require.NotErrorIs(t, err, ErrKeyReused)
 			} else {
 				require.NoError(t, err)
@@ -150,7 +150,7 @@ func TestConflict_BusinessAnswerIsFailed(t *testing.T) {
 		s := newScripted(t, "Idempotency-Key", answer(status, `{"error":"invoice already paid"}`, "Content-Type", "application/json"))
 		b := setup(t, nil, nil)
 		in, err := b.c.Do(shortCtx(t, 10*time.Second), &Request{URL: s.srv.URL})
-		require.ErrorIs(t, err, ErrFailed, "status %d", status)
+		require.ErrorIs(t, err, StateFailed, "status %d", status)
 		require.Equal(t, StateFailed, in.State)
 		require.Equal(t, 1, in.Attempts)
 		require.Equal(t, status, in.Outcome.Status)
@@ -184,7 +184,7 @@ func TestRetryAfter_ZeroDoesNotHotLoop(t *testing.T) {
 	t.Parallel()
 	s := newScripted(t, "Idempotency-Key", answer(http.StatusServiceUnavailable, "", "Retry-After", "0"))
 	cfg := testConfig()
-	cfg.Backoff = nil // DefaultBackoff
+	cfg.Backoff = nil // defaultBackoff
 	b := setup(t, cfg, nil)
 	in, err := b.c.Do(shortCtx(t, 1500*time.Millisecond), &Request{URL: s.srv.URL})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
@@ -304,7 +304,7 @@ func TestProfile_Checkout(t *testing.T) {
 			`{"request_id":"0HL80RJLS76I7","error_type":"request_invalid","error_codes":["payment_source_required"]}`, "Content-Type", "application/json"))
 		c := dialectClient(t, s, "checkout", nil)
 		in, err := c.Do(testCtx(t), &Request{URL: s.srv.URL + "/payments"})
-		require.ErrorIs(t, err, ErrFailed)
+		require.ErrorIs(t, err, StateFailed)
 		require.NotErrorIs(t, err, ErrKeyReused)
 		require.Equal(t, in.FirstAttemptAt.Add(24*time.Hour-time.Minute), in.Horizon)
 	})
@@ -358,7 +358,7 @@ func TestProfile_ChosenPerHost(t *testing.T) {
 	_, err := c.Do(testCtx(t), &Request{URL: stripe.srv.URL})
 	require.ErrorIs(t, err, ErrKeyReused)
 	_, err = c.Do(testCtx(t), &Request{URL: other.srv.URL})
-	require.ErrorIs(t, err, ErrFailed)
+	require.ErrorIs(t, err, StateFailed)
 	require.NotErrorIs(t, err, ErrKeyReused)
 }
 

@@ -7,61 +7,19 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/migrate"
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
-//go:embed schema/*.sql
+//go:embed schema/*.up.sql
 var schemaFS embed.FS
-
-// SQLite result codes the queue interprets (primary codes, low byte).
-const (
-	sqliteBusy     = 5
-	sqliteLocked   = 6
-	sqliteReadOnly = 8
-	sqliteCorrupt  = 11
-	sqliteNotADB   = 26
-)
-
-// interpretError translates driver errors at the queue boundary: by result
-// code when the driver exposes one (modernc.org/sqlite), by message
-// otherwise.
-func interpretError(err error) error {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	if strings.HasPrefix(err.Error(), "idemkit") {
-		return err // ours already (a sentinel, or interpreted before)
-	}
-	var coded interface{ Code() int }
-	if errors.As(err, &coded) {
-		switch coded.Code() & 0xff {
-		case sqliteBusy, sqliteLocked:
-			return fmt.Errorf("%w: %v", ErrQueueLocked, err)
-		case sqliteReadOnly:
-			return fmt.Errorf("%w: %v", ErrQueueReadOnly, err)
-		case sqliteCorrupt, sqliteNotADB:
-			return fmt.Errorf("%w: %v", ErrQueueCorrupt, err)
-		}
-		return fmt.Errorf("idemkit: queue: %w", err)
-	}
-	msg := err.Error()
-	switch {
-	case strings.Contains(msg, "database is locked"), strings.Contains(msg, "SQLITE_BUSY"):
-		return fmt.Errorf("%w: %v", ErrQueueLocked, err)
-	case strings.Contains(msg, "readonly database"):
-		return fmt.Errorf("%w: %v", ErrQueueReadOnly, err)
-	case strings.Contains(msg, "file is not a database"), strings.Contains(msg, "malformed"):
-		return fmt.Errorf("%w: %v", ErrQueueCorrupt, err)
-	}
-	return fmt.Errorf("idemkit: queue: %w", err)
-}
 
 // queue is the SQLite side of a Client. Every write goes through wmu, so this
 // process never contends with itself for SQLite's single write lock (which
@@ -179,14 +137,19 @@ func (q *queue) tx(ctx context.Context, relaxed bool, fn func(ex execer) error) 
 // begin runs BEGIN IMMEDIATE, retrying for up to q.busyRetry while the
 // write lock is held elsewhere.
 func (q *queue) begin(ctx context.Context, conn *sql.Conn) error {
+	return q.retryBusy(ctx, func() error {
+		_, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE")
+		return interpretError(err)
+	})
+}
+
+// retryBusy runs fn, again after a short jittered pause while it fails
+// because the queue is locked, for up to q.busyRetry.
+func (q *queue) retryBusy(ctx context.Context, fn func() error) error {
 	var deadline time.Time
 	for {
-		_, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE")
-		if err == nil {
-			return nil
-		}
-		err = interpretError(err)
-		if !errors.Is(err, ErrQueueLocked) || q.busyRetry <= 0 {
+		err := fn()
+		if err == nil || !isQueue(err, queueLocked) || q.busyRetry <= 0 {
 			return err
 		}
 		if deadline.IsZero() {
@@ -204,53 +167,34 @@ func (q *queue) begin(ctx context.Context, conn *sql.Conn) error {
 	}
 }
 
-// QueueSchemaVersion is the version of the queue schema this package
-// writes: the number of its last migration (idemkit_client_migrations).
-// A queue migrated by a newer version may hold a higher one.
-const QueueSchemaVersion = 5
+// queueSchemaVersion is the version of the queue schema this package
+// writes: the number of its last migration (idemkit_client_migrations;
+// Client.SchemaVersion reads it). Open refuses a queue migrated by a newer
+// version, whose schema this one cannot write safely.
+const queueSchemaVersion = 6
 
-const migrationsTable = `CREATE TABLE IF NOT EXISTS idemkit_client_migrations (
-	version    INTEGER PRIMARY KEY,
-	applied_at TEXT    NOT NULL
-) STRICT`
+// migrationsVersionTable is where a queue records its applied migrations.
+const migrationsVersionTable = "idemkit_client_migrations"
 
-// migrate applies the embedded schema files whose number is above the
-// highest applied version, each in its own transaction.
+// migrate applies, in one transaction, the embedded schema files
+// (schema/NNN_*.up.sql) above the highest applied version, with the
+// module's migration runner. The step is retried while another process
+// holds the write lock (several processes opening a fresh file at once),
+// for up to busyRetry.
 func (q *queue) migrate(ctx context.Context, now time.Time) error {
-	names, err := fs.Glob(schemaFS, "schema/*.sql")
+	ms, err := migrate.Load(schemaFS, "schema")
 	if err != nil {
 		return err
 	}
-	sort.Strings(names)
-	return q.inTx(ctx, func(ex execer) error {
-		if _, err := ex.ExecContext(ctx, migrationsTable); err != nil {
-			return err
+	target := migrate.SQLTarget(q.db, migrationsVersionTable, func() time.Time { return now })
+	q.wmu.Lock()
+	defer q.wmu.Unlock()
+	return q.retryBusy(ctx, func() error {
+		_, err := migrate.Run(ctx, target, ms)
+		if errors.Is(err, migrate.ErrNewerSchema) {
+			return &QueueError{problem: queueNewer, Err: err}
 		}
-		var current int
-		if err := ex.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM idemkit_client_migrations`).Scan(&current); err != nil {
-			return err
-		}
-		for _, name := range names {
-			base := strings.TrimPrefix(name, "schema/")
-			v, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
-			if err != nil {
-				return fmt.Errorf("idemkit: migration %s: name must start with a number", base)
-			}
-			if v <= current {
-				continue
-			}
-			script, err := schemaFS.ReadFile(name)
-			if err != nil {
-				return err
-			}
-			if _, err := ex.ExecContext(ctx, string(script)); err != nil {
-				return fmt.Errorf("idemkit: migration %s: %w", base, err)
-			}
-			if _, err := ex.ExecContext(ctx, `INSERT INTO idemkit_client_migrations (version, applied_at) VALUES (?, ?)`, v, formatTime(now)); err != nil {
-				return err
-			}
-		}
-		return nil
+		return interpretError(err)
 	})
 }
 
@@ -269,15 +213,21 @@ const (
 
 	// sqlSelectDue is the indexed due lookup (idemkit_intents_due), of
 	// this instance's intents only (?2 the recorded origin, ?3 self).
+	// A leased intent is skipped until its lease ends (a few rows: one
+	// per intent in flight).
 	sqlSelectDue = `SELECT ` + rowColumns + ` FROM idemkit_intents
-	WHERE state = 'pending' AND next_attempt_at <= ?1 AND COALESCE(instance, ?2) = ?3
+	WHERE state = 'pending' AND next_attempt_at <= ?1 AND COALESCE(leased_until, '') <= ?1
+	AND COALESCE(instance, ?2) = ?3
 	AND id NOT IN (SELECT value FROM json_each(?4))
 	ORDER BY next_attempt_at LIMIT 1`
 
 	sqlSelectDueID = `SELECT ` + rowColumns + ` FROM idemkit_intents
-	WHERE id = ? AND state = 'pending' AND next_attempt_at <= ?`
+	WHERE id = ?1 AND state = 'pending' AND next_attempt_at <= ?2 AND COALESCE(leased_until, '') <= ?2`
 
-	sqlNextDue = `SELECT MIN(next_attempt_at) FROM idemkit_intents WHERE state = 'pending' AND COALESCE(instance, ?1) = ?2
+	// sqlNextDue is the earliest time a pending intent can be claimed:
+	// its due time, or its lease's end if that is later.
+	sqlNextDue = `SELECT MIN(MAX(next_attempt_at, COALESCE(leased_until, ''))) FROM idemkit_intents
+	WHERE state = 'pending' AND COALESCE(instance, ?1) = ?2
 	AND id NOT IN (SELECT value FROM json_each(?3))`
 
 	sqlHostWindow = `SELECT window_seconds FROM idemkit_hosts WHERE host = ?`
@@ -293,7 +243,7 @@ const (
 		attempts = attempts + 1,
 		first_attempt_at = COALESCE(first_attempt_at, ?1),
 		horizon = CASE WHEN horizon IS NULL OR horizon > ?2 THEN ?2 ELSE horizon END,
-		next_attempt_at = ?3,
+		leased_until = ?3,
 		updated_at = ?1
 	WHERE id = ?4 AND state = 'pending'
 	RETURNING lease_token, attempts, first_attempt_at, horizon`
@@ -303,7 +253,7 @@ const (
 		attempts = attempts + 1,
 		lease_owner = ?6,
 		horizon = CASE WHEN horizon IS NULL OR horizon > ?2 THEN ?2 ELSE horizon END,
-		next_attempt_at = ?3,
+		leased_until = ?3,
 		updated_at = ?1
 	WHERE id = ?4 AND lease_token = ?5 AND state = 'pending'
 	RETURNING attempts, horizon`
@@ -313,21 +263,23 @@ const (
 	sqlFinishAttempt = `UPDATE idemkit_attempts SET finished_at = ?, status = ?, error = ?, replayed = ?
 	WHERE intent_id = ? AND n = ?`
 
-	// sqlReschedule keeps the intent pending and sets its next attempt time
-	// (also used to extend the lease across an in-process sleep, owner kept,
-	// and to release it, owner NULL).
+	// sqlReschedule keeps the intent pending, due at ?1; leased until ?2
+	// by ?3 (an in-process sleep) or, both NULL, by nobody.
 	sqlReschedule = `UPDATE idemkit_intents SET
-		next_attempt_at = ?1, last_error = ?2, updated_at = ?3, lease_owner = ?7,
-		horizon = CASE WHEN ?4 IS NULL OR horizon IS NULL OR horizon <= ?4 THEN horizon ELSE ?4 END
-	WHERE id = ?5 AND lease_token = ?6 AND state = 'pending'`
+		next_attempt_at = ?1, leased_until = ?2, lease_owner = ?3, last_error = ?4, updated_at = ?5
+	WHERE id = ?6 AND lease_token = ?7 AND state = 'pending'`
+
+	// sqlShortenHorizon moves a stored horizon earlier (a window learned).
+	sqlShortenHorizon = `UPDATE idemkit_intents SET horizon = ?1 WHERE id = ?2 AND horizon > ?1`
 
 	sqlFinish = `UPDATE idemkit_intents SET
 		state = ?1, outcome_status = ?2, outcome_header = ?3, outcome_body = ?4, outcome_replayed = ?5,
-		outcome_key_reused = ?10, last_error = ?6, updated_at = ?7, next_attempt_at = ?7, lease_owner = NULL
+		outcome_key_reused = ?10, last_error = ?6, updated_at = ?7, next_attempt_at = ?7, lease_owner = NULL,
+		leased_until = NULL
 	WHERE id = ?8 AND lease_token = ?9 AND state = 'pending'`
 
 	sqlCancel = `UPDATE idemkit_intents SET state = 'canceled', last_error = 'canceled', updated_at = ?1, next_attempt_at = ?1,
-		lease_owner = NULL
+		lease_owner = NULL, leased_until = NULL
 	WHERE id = ?2 AND state = 'pending'`
 
 	sqlQuarantine = `UPDATE idemkit_intents SET next_attempt_at = ? WHERE id = ?`
@@ -342,111 +294,17 @@ const (
 	sqlCounts = `SELECT state, COUNT(*) FROM idemkit_intents GROUP BY state`
 )
 
-// submitOp is one Submit waiting for the group committer.
-type submitOp struct {
-	ctx  context.Context
-	p    *prepared
-	id   string
-	now  time.Time
-	done chan submitResult
-}
-
-type submitResult struct {
-	in  *Intent
-	err error
-}
-
-// insertBatch inserts every op in one transaction: one fsync for all of
-// them. An op whose context ended before the batch started is skipped.
-//
-// The rows go in with one multi-row INSERT: modernc.org/sqlite compiles a
-// statement on every execution (a *sql.Stmt saves nothing), so a statement
-// per row spent more CPU parsing SQL than inserting. A key already queued,
-// or repeated within the batch, is not in the RETURNING set; only those are
-// looked up, as insertOne does.
-func (q *queue) insertBatch(ctx context.Context, ops []*submitOp) {
-	q.batches.Add(1)
-	results := make([]submitResult, len(ops))
-	err := q.inTx(ctx, func(ex execer) error {
-		live := make([]int, 0, len(ops))
-		for i, op := range ops {
-			if err := op.ctx.Err(); err != nil {
-				results[i].err = err
-				continue
-			}
-			live = append(live, i)
-		}
-		if len(live) == 0 {
-			return nil
-		}
-		var sb strings.Builder
-		sb.Grow(len(sqlInsertIntentHead) + len(live)*len(sqlInsertIntentRow) + len(sqlInsertIntentTail))
-		sb.WriteString(sqlInsertIntentHead)
-		args := make([]any, 0, len(live)*insertIntentArgs)
-		stamps := make([]string, len(ops))
-		for n, i := range live {
-			if n > 0 {
-				sb.WriteByte(',')
-			}
-			sb.WriteString(sqlInsertIntentRow)
-			op := ops[i]
-			stamps[i] = formatTime(op.now)
-			args = append(args, insertArgs(op.p, op.id, stamps[i], q.self)...)
-		}
-		sb.WriteString(sqlInsertIntentTail)
-		rows, err := ex.QueryContext(ctx, sb.String(), args...)
-		if err != nil {
-			return err
-		}
-		inserted := make(map[string]bool, len(live))
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
-			inserted[id] = true
-		}
-		if err := rows.Close(); err != nil {
-			return err
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, i := range live {
-			op := ops[i]
-			if inserted[op.id] {
-				results[i] = submitResult{insertedIntent(op.p, op.id, stamps[i], q.self), nil}
-				continue
-			}
-			in, err := queuedIntent(ctx, ex, op.p)
-			if err != nil && !errors.Is(err, ErrKeyReused) {
-				return err
-			}
-			results[i] = submitResult{in, err}
-		}
-		return nil
-	})
-	for i, op := range ops {
-		r := results[i]
-		if err != nil && r.err == nil {
-			r = submitResult{nil, err}
-		}
-		op.done <- r
-	}
-}
-
 // insertIntentArgs is the number of arguments of one intent's row.
 const insertIntentArgs = 13
 
 func insertArgs(p *prepared, id, ts, instance string) []any {
-	return []any{id, p.key, p.method, p.url, p.host, encodeHeader(p.header), p.body, p.fp, ts, ts, ts, instance, p.credNamesJSON()}
+	return []any{id, p.key, p.method, p.url, p.host, wire.EncodeHeader(p.header), p.body, p.fp, ts, ts, ts, instance, p.credNamesJSON()}
 }
 
 // insertOne inserts one intent, or returns the intent already queued under
 // the same key when its fingerprint matches (ErrKeyReused otherwise).
 func insertOne(ctx context.Context, ex execer, p *prepared, id string, now time.Time, instance string) (*Intent, error) {
-	ts := formatTime(now)
+	ts := wire.FormatTime(now)
 	var got string
 	err := ex.QueryRowContext(ctx, sqlInsertIntent, insertArgs(p, id, ts, instance)...).Scan(&got)
 	switch {
@@ -460,7 +318,7 @@ func insertOne(ctx context.Context, ex execer, p *prepared, id string, now time.
 
 // insertedIntent is the intent just inserted from p, stamped ts.
 func insertedIntent(p *prepared, id, ts, instance string) *Intent {
-	at, _ := parseTime(ts)
+	at, _ := wire.ParseTime(ts)
 	return &Intent{ID: id, Key: p.key, State: StatePending, Method: p.method, URL: p.url,
 		Header: p.header, Body: p.body, Fingerprint: p.fp, NextAttemptAt: at, CreatedAt: at, UpdatedAt: at,
 		CredentialHeaders: p.credNames(), instance: instance}
@@ -487,27 +345,38 @@ func queuedIntent(ctx context.Context, ex execer, p *prepared) (*Intent, error) 
 // started (unless expired is set: the horizon had passed and the intent was
 // marked expired instead).
 type claimed struct {
+	lease
 	in      *Intent
-	token   int64
 	attempt int
 	expired bool
+	// hz is the intent's effective window and horizon, as planned at the
+	// claim.
+	hz horizon
 }
 
-// planFunc computes the horizon for an intent about to be attempted, given
-// the window last learned for its host (0 if none).
-type planFunc func(in *Intent, hostWindow time.Duration) time.Time
+// lease names one claim of an intent: the intent and the fencing token
+// the claim took. Every write under the claim checks the token.
+type lease struct {
+	id    string
+	token int64
+}
+
+// planFunc computes the effective window and the horizon for an intent
+// about to be attempted, given the window last learned for its host (0 if
+// none).
+type planFunc func(in *Intent, hostWindow time.Duration) horizon
 
 // claim takes the lease of the due intent with the given id, or of the
 // earliest due intent when id is empty, and starts its attempt, in one
 // transaction. It returns nil, nil when nothing is due.
-func (q *queue) claim(ctx context.Context, id string, now time.Time, lease time.Duration, plan planFunc) (*claimed, error) {
-	return q.claimTx(ctx, id, nil, now, lease, plan)
+func (q *queue) claim(ctx context.Context, id string, now time.Time, leaseFor time.Duration, plan planFunc) (*claimed, error) {
+	return q.claimTx(ctx, id, nil, now, leaseFor, plan)
 }
 
 // insertClaim inserts an intent and claims it in the same transaction (one
 // fsync, not two: Do). If the key was already queued with the same request,
 // it claims that intent if it is due; it returns the intent either way.
-func (q *queue) insertClaim(ctx context.Context, p *prepared, id string, now time.Time, lease time.Duration, plan planFunc) (*Intent, *claimed, error) {
+func (q *queue) insertClaim(ctx context.Context, p *prepared, id string, now time.Time, leaseFor time.Duration, plan planFunc) (*Intent, *claimed, error) {
 	var in *Intent
 	cl, err := q.claimTx(ctx, "", func(ex execer) (string, error) {
 		var err error
@@ -516,9 +385,8 @@ func (q *queue) insertClaim(ctx context.Context, p *prepared, id string, now tim
 			return "", err
 		}
 		return in.ID, nil
-	}, now, lease, plan)
-	var fe *ForeignIntentError
-	if errors.As(err, &fe) {
+	}, now, leaseFor, plan)
+	if isQueue(err, queueForeign) {
 		return in, nil, err // committed: the intent is queued, elsewhere's
 	}
 	if err != nil {
@@ -529,7 +397,7 @@ func (q *queue) insertClaim(ctx context.Context, p *prepared, id string, now tim
 
 // claimTx is claim; insert, if not nil, runs first in the same transaction
 // and returns the id to claim.
-func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (string, error), now time.Time, lease time.Duration, plan planFunc) (*claimed, error) {
+func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (string, error), now time.Time, leaseFor time.Duration, plan planFunc) (*claimed, error) {
 	var out *claimed
 	var decodeErr error
 	err := q.inTx(ctx, func(ex execer) error {
@@ -541,9 +409,9 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 		}
 		var sr *sql.Row
 		if id == "" {
-			sr = ex.QueryRowContext(ctx, sqlSelectDue, formatTime(now), q.origin, q.self, q.skipped())
+			sr = ex.QueryRowContext(ctx, sqlSelectDue, wire.FormatTime(now), q.origin, q.self, q.skipped())
 		} else {
-			sr = ex.QueryRowContext(ctx, sqlSelectDueID, id, formatTime(now))
+			sr = ex.QueryRowContext(ctx, sqlSelectDueID, id, wire.FormatTime(now))
 		}
 		r, err := scanRow(sr)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -562,19 +430,20 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 		if err != nil {
 			// Quarantine the row for an hour so the worker moves on.
 			decodeErr = err
-			_, qerr := ex.ExecContext(ctx, sqlQuarantine, formatTime(now.Add(time.Hour)), r.id)
+			_, qerr := ex.ExecContext(ctx, sqlQuarantine, wire.FormatTime(now.Add(time.Hour)), r.id)
 			return qerr
 		}
 		var winSec int64
 		if err := ex.QueryRowContext(ctx, sqlHostWindow, r.host).Scan(&winSec); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		horizon := plan(in, time.Duration(winSec)*time.Second)
-		ts := formatTime(now)
+		hz := plan(in, time.Duration(winSec)*time.Second)
+		horizon := hz.at
+		ts := wire.FormatTime(now)
 		if now.After(horizon) {
 			// Never attempted past the horizon: expire under the current
 			// token (we hold the write lock, and the row is due).
-			msg := "horizon " + formatTime(horizon) + " passed without a definitive answer"
+			msg := "horizon " + wire.FormatTime(horizon) + " passed without a definitive answer"
 			if in.LastError != "" {
 				msg += "; last error: " + in.LastError
 			}
@@ -582,21 +451,22 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 				return err
 			}
 			in.State, in.LastError, in.UpdatedAt = StateExpired, msg, now.Truncate(time.Millisecond)
-			out = &claimed{in: in, token: r.leaseToken, expired: true}
+			out = &claimed{lease: lease{in.ID, r.leaseToken}, in: in, expired: true, hz: hz}
 			return nil
 		}
-		var first, hz string
-		c := &claimed{in: in}
-		if err := ex.QueryRowContext(ctx, sqlClaim, ts, formatTime(horizon), formatTime(now.Add(lease)), in.ID, q.owner).
-			Scan(&c.token, &c.attempt, &first, &hz); err != nil {
+		var first, stored string
+		c := &claimed{lease: lease{id: in.ID}, in: in, hz: hz}
+		if err := ex.QueryRowContext(ctx, sqlClaim, ts, wire.FormatTime(horizon), wire.FormatTime(now.Add(leaseFor)), in.ID, q.owner).
+			Scan(&c.token, &c.attempt, &first, &stored); err != nil {
 			return err
 		}
 		if _, err := ex.ExecContext(ctx, sqlInsertAttempt, in.ID, c.attempt, c.token, ts); err != nil {
 			return err
 		}
 		in.Attempts = c.attempt
-		in.FirstAttemptAt, _ = parseTime(first)
-		in.Horizon, _ = parseTime(hz)
+		in.FirstAttemptAt, _ = wire.ParseTime(first)
+		in.Horizon, _ = wire.ParseTime(stored)
+		c.hz.at = in.Horizon
 		out = c
 		return nil
 	})
@@ -611,25 +481,25 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 
 // startAttempt starts a retry within a lease already held: it fails with
 // errLeaseLost if the token is no longer current.
-func (q *queue) startAttempt(ctx context.Context, id string, token int64, now, horizon, leaseUntil time.Time) (int, time.Time, error) {
+func (q *queue) startAttempt(ctx context.Context, l lease, now, horizon, leasedUntil time.Time) (int, time.Time, error) {
 	var n int
 	var hz string
 	err := q.inTx(ctx, func(ex execer) error {
-		ts := formatTime(now)
-		err := ex.QueryRowContext(ctx, sqlStartAttempt, ts, formatTime(horizon), formatTime(leaseUntil), id, token, q.owner).Scan(&n, &hz)
+		ts := wire.FormatTime(now)
+		err := ex.QueryRowContext(ctx, sqlStartAttempt, ts, wire.FormatTime(horizon), wire.FormatTime(leasedUntil), l.id, l.token, q.owner).Scan(&n, &hz)
 		if errors.Is(err, sql.ErrNoRows) {
 			return errLeaseLost
 		}
 		if err != nil {
 			return err
 		}
-		_, err = ex.ExecContext(ctx, sqlInsertAttempt, id, n, token, ts)
+		_, err = ex.ExecContext(ctx, sqlInsertAttempt, l.id, n, l.token, ts)
 		return err
 	})
 	if err != nil {
 		return 0, time.Time{}, err
 	}
-	h, _ := parseTime(hz)
+	h, _ := wire.ParseTime(hz)
 	return n, h, nil
 }
 
@@ -644,9 +514,9 @@ func (q *queue) nthLastAttempt(ctx context.Context, id string, n int) (time.Time
 	if err != nil {
 		return time.Time{}, interpretError(err)
 	}
-	t, err := parseTime(s)
+	t, err := wire.ParseTime(s)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("%w: attempt of %s: %v", ErrQueueCorrupt, id, err)
+		return time.Time{}, queueErrorf(queueCorrupt, "attempt of %s: %w", id, err)
 	}
 	return t, nil
 }
@@ -657,8 +527,10 @@ type attemptResult struct {
 	status   int
 	errText  string
 	replayed bool
-	// learned is the Idempotency-Window the response advertised, if any.
+	// learned is the Idempotency-Window the response advertised, if any,
+	// and horizon the intent's horizon after it (zero: unchanged).
 	learned time.Duration
+	horizon time.Time
 	host    string
 }
 
@@ -667,37 +539,50 @@ func (q *queue) logAttempt(ctx context.Context, ex execer, id string, now time.T
 	if a.status != 0 {
 		status = a.status
 	}
-	if _, err := ex.ExecContext(ctx, sqlFinishAttempt, formatTime(now), status, a.errText, boolInt(a.replayed), id, a.n); err != nil {
+	if _, err := ex.ExecContext(ctx, sqlFinishAttempt, wire.FormatTime(now), status, a.errText, boolInt(a.replayed), id, a.n); err != nil {
 		return err
 	}
 	if a.learned > 0 {
-		if _, err := ex.ExecContext(ctx, sqlUpsertHost, a.host, int64(a.learned/time.Second), formatTime(now)); err != nil {
+		if _, err := ex.ExecContext(ctx, sqlUpsertHost, a.host, int64(a.learned/time.Second), wire.FormatTime(now)); err != nil {
+			return err
+		}
+	}
+	if !a.horizon.IsZero() {
+		if _, err := ex.ExecContext(ctx, sqlShortenHorizon, wire.FormatTime(a.horizon), id); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// reschedule logs the attempt and keeps the intent pending until next;
-// horizon, when not zero, shortens the stored horizon. With hold, this
-// process keeps the lease until next (an in-process sleep); without, the
-// lease is released and next is a plain due time.
-func (q *queue) reschedule(ctx context.Context, id string, token int64, now, next, horizon time.Time, a *attemptResult, lastErr string, hold bool) error {
+// wait is what a claim writes when its intent must wait for its next
+// attempt: when it is due, and whether this process keeps the lease over
+// the wait.
+type wait struct {
+	due time.Time
+	// leasedUntil, if not zero, keeps the lease until then (an in-process
+	// sleep); zero releases it.
+	leasedUntil time.Time
+	// attempt is the attempt to log, if any; lastErr the intent's last
+	// error.
+	attempt *attemptResult
+	lastErr string
+}
+
+// reschedule logs w's attempt and keeps the intent pending until w.due.
+// It fails with errLeaseLost if l's token is no longer current.
+func (q *queue) reschedule(ctx context.Context, l lease, now time.Time, w wait) error {
 	return q.inTx(ctx, func(ex execer) error {
-		if a != nil {
-			if err := q.logAttempt(ctx, ex, id, now, a); err != nil {
+		if w.attempt != nil {
+			if err := q.logAttempt(ctx, ex, l.id, now, w.attempt); err != nil {
 				return err
 			}
 		}
-		var hz any
-		if !horizon.IsZero() {
-			hz = formatTime(horizon)
+		var until, owner any
+		if !w.leasedUntil.IsZero() {
+			until, owner = wire.FormatTime(w.leasedUntil), q.owner
 		}
-		var owner any
-		if hold {
-			owner = q.owner
-		}
-		res, err := ex.ExecContext(ctx, sqlReschedule, formatTime(next), lastErr, formatTime(now), hz, id, token, owner)
+		res, err := ex.ExecContext(ctx, sqlReschedule, wire.FormatTime(w.due), until, owner, w.lastErr, wire.FormatTime(now), l.id, l.token)
 		if err != nil {
 			return err
 		}
@@ -717,22 +602,22 @@ func (q *queue) reschedule(ctx context.Context, id string, token int64, now, nex
 // server's stored answer. The intent itself and its attempt were fsynced
 // before the first byte was sent. Every other terminal state (no answer:
 // expired, failed before sending) keeps the fsync.
-func (q *queue) finish(ctx context.Context, id string, token int64, now time.Time, state IntentState, o *Outcome, lastErr string, a *attemptResult) error {
+func (q *queue) finish(ctx context.Context, l lease, now time.Time, state IntentState, o *Outcome, lastErr string, a *attemptResult) error {
 	return q.tx(ctx, o != nil, func(ex execer) error {
 		if a != nil {
-			if err := q.logAttempt(ctx, ex, id, now, a); err != nil {
+			if err := q.logAttempt(ctx, ex, l.id, now, a); err != nil {
 				return err
 			}
 		}
 		var st, hdr, body, rep any
 		reused := 0
 		if o != nil {
-			st, hdr, body, rep, reused = o.Status, encodeHeader(o.Header), o.Body, boolInt(o.Replayed), boolInt(o.keyReused)
+			st, hdr, body, rep, reused = o.Status, wire.EncodeHeader(o.Header), o.Body, boolInt(o.Replayed), boolInt(o.keyReused)
 			if o.Body == nil {
 				body = []byte{}
 			}
 		}
-		res, err := ex.ExecContext(ctx, sqlFinish, string(state), st, hdr, body, rep, lastErr, formatTime(now), id, token, reused)
+		res, err := ex.ExecContext(ctx, sqlFinish, string(state), st, hdr, body, rep, lastErr, wire.FormatTime(now), l.id, l.token, reused)
 		if err != nil {
 			return err
 		}
@@ -746,7 +631,7 @@ func (q *queue) finish(ctx context.Context, id string, token int64, now time.Tim
 func (q *queue) cancel(ctx context.Context, id string, now time.Time) (bool, error) {
 	var ok bool
 	err := q.inTx(ctx, func(ex execer) error {
-		res, err := ex.ExecContext(ctx, sqlCancel, formatTime(now), id)
+		res, err := ex.ExecContext(ctx, sqlCancel, wire.FormatTime(now), id)
 		if err != nil {
 			return err
 		}
@@ -788,7 +673,7 @@ func (q *queue) list(ctx context.Context, o *ListOptions) ([]*Intent, error) {
 	}
 	if !o.UpdatedSince.IsZero() {
 		where = append(where, "updated_at >= ?")
-		args = append(args, formatTime(o.UpdatedSince))
+		args = append(args, wire.FormatTime(o.UpdatedSince))
 	}
 	query := `SELECT ` + rowColumns + ` FROM idemkit_intents`
 	if len(where) > 0 {
@@ -840,12 +725,12 @@ func (q *queue) attempts(ctx context.Context, id string) ([]*Attempt, error) {
 			return nil, interpretError(err)
 		}
 		var err error
-		if a.StartedAt, err = parseTime(started); err != nil {
-			return nil, fmt.Errorf("%w: attempt %d of %s: %v", ErrQueueCorrupt, a.N, id, err)
+		if a.StartedAt, err = wire.ParseTime(started); err != nil {
+			return nil, queueErrorf(queueCorrupt, "attempt %d of %s: %w", a.N, id, err)
 		}
 		if finished != nil {
-			if a.FinishedAt, err = parseTime(*finished); err != nil {
-				return nil, fmt.Errorf("%w: attempt %d of %s: %v", ErrQueueCorrupt, a.N, id, err)
+			if a.FinishedAt, err = wire.ParseTime(*finished); err != nil {
+				return nil, queueErrorf(queueCorrupt, "attempt %d of %s: %w", a.N, id, err)
 			}
 		}
 		if status != nil {
@@ -888,12 +773,12 @@ func (q *queue) skipped() string {
 func (q *queue) makeDue(ctx context.Context, ids []string, now time.Time) (int, error) {
 	var n int64
 	err := q.inTx(ctx, func(ex execer) error {
-		args := []any{formatTime(now)}
+		args := []any{wire.FormatTime(now)}
 		for _, id := range ids {
 			args = append(args, id)
 		}
 		res, err := ex.ExecContext(ctx, `UPDATE idemkit_intents SET next_attempt_at = ?1
-		WHERE state = 'pending' AND lease_owner IS NULL AND next_attempt_at > ?1
+		WHERE state = 'pending' AND lease_owner IS NULL AND leased_until IS NULL AND next_attempt_at > ?1
 		AND id IN (?`+strings.Repeat(",?", len(ids)-1)+`)`, args...)
 		if err != nil {
 			return err
@@ -911,8 +796,9 @@ func (q *queue) makeDueBy(ctx context.Context, id string, t time.Time) error {
 	return err
 }
 
-// nextDue returns the earliest next_attempt_at of a pending intent, or the
-// zero time when none is pending (intents claims skip are left out).
+// nextDue returns the earliest time a pending intent can be claimed (its
+// due time, or its lease's end if later), or the zero time when none is
+// pending (intents claims skip are left out).
 func (q *queue) nextDue(ctx context.Context) (time.Time, error) {
 	var s *string
 	if err := q.db.QueryRowContext(ctx, sqlNextDue, q.origin, q.self, q.skipped()).Scan(&s); err != nil {
@@ -921,9 +807,9 @@ func (q *queue) nextDue(ctx context.Context) (time.Time, error) {
 	if s == nil {
 		return time.Time{}, nil
 	}
-	t, err := parseTime(*s)
+	t, err := wire.ParseTime(*s)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("%w: next_attempt_at: %v", ErrQueueCorrupt, err)
+		return time.Time{}, queueErrorf(queueCorrupt, "next_attempt_at: %w", err)
 	}
 	return t, nil
 }
@@ -931,7 +817,7 @@ func (q *queue) nextDue(ctx context.Context) (time.Time, error) {
 // prune deletes terminal intents (in states, if any) last updated before
 // cutoff, and their attempt logs, a thousand per transaction.
 func (q *queue) prune(ctx context.Context, cutoff time.Time, states []IntentState) (int, error) {
-	query, args := sqlPruneBatch, []any{formatTime(cutoff)}
+	query, args := sqlPruneBatch, []any{wire.FormatTime(cutoff)}
 	if len(states) > 0 {
 		query = strings.Replace(query, " LIMIT", " AND state IN (?"+strings.Repeat(",?", len(states)-1)+") LIMIT", 1)
 		for _, s := range states {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 func TestQueue_GroupCommit(t *testing.T) {
@@ -70,7 +72,7 @@ func explain(t *testing.T, db *sql.DB, query string, args ...any) string {
 func TestQueue_DueLookupUsesIndex(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil, nil)
-	now := formatTime(time.Now())
+	now := wire.FormatTime(time.Now())
 	require.Contains(t, explain(t, b.c.q.db, sqlSelectDue, now, b.c.q.origin, b.c.q.self, `["x"]`), "USING INDEX idemkit_intents_due")
 	require.Contains(t, explain(t, b.c.q.db, sqlNextDue, b.c.q.origin, b.c.q.self, `["x"]`), "idemkit_intents_due")
 	require.Contains(t, explain(t, b.c.q.db, sqlPruneBatch, now), "idemkit_intents_terminal")
@@ -86,7 +88,7 @@ func TestQueue_OneMillionIntents(t *testing.T) {
 	}
 	b := setup(t, nil, nil)
 	ctx := testCtx(t)
-	old := formatTime(time.Now().Add(-48 * time.Hour))
+	old := wire.FormatTime(time.Now().Add(-48 * time.Hour))
 	_, err := b.c.q.db.ExecContext(ctx, `
 		WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000)
 		INSERT INTO idemkit_intents (id, key, state, method, url, host, header, body, fingerprint, next_attempt_at, created_at, updated_at)
@@ -96,9 +98,9 @@ func TestQueue_OneMillionIntents(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.c.q.db.ExecContext(ctx, `ANALYZE`)
 	require.NoError(t, err)
-	require.Contains(t, explain(t, b.c.q.db, sqlSelectDue, formatTime(time.Now()), b.c.q.origin, b.c.q.self, `["x"]`), "USING INDEX idemkit_intents_due")
+	require.Contains(t, explain(t, b.c.q.db, sqlSelectDue, wire.FormatTime(time.Now()), b.c.q.origin, b.c.q.self, `["x"]`), "USING INDEX idemkit_intents_due")
 	lo, hi := hostPrefixRange(b.c.self.host)
-	require.Contains(t, explain(t, b.c.q.db, sqlLeaseOwners, lo, hi, b.c.q.owner, formatTime(time.Now()), takeoverOwnersMax),
+	require.Contains(t, explain(t, b.c.q.db, sqlLeaseOwners, lo, hi, b.c.q.owner, wire.FormatTime(time.Now()), takeoverOwnersMax),
 		"USING INDEX idemkit_intents_leased", "the takeover lookup reads leased intents only")
 
 	cl, err := b.c.q.claim(ctx, "", time.Now(), time.Minute, b.c.plan(time.Now()))
@@ -148,7 +150,7 @@ func TestOpen_CorruptFile(t *testing.T) {
 	garbage := bytes.Repeat([]byte("not a database, just bytes. "), 400)
 	require.NoError(t, os.WriteFile(path, garbage, 0o600))
 	_, err := Open(testCtx(t), path, nil)
-	require.ErrorIs(t, err, ErrQueueCorrupt)
+	requireQueueError(t, err, (*QueueError).Corrupt)
 	after, err := os.ReadFile(path)
 	require.NoError(t, err)
 	require.Equal(t, garbage, after, "a corrupt queue file is left untouched")
@@ -180,7 +182,7 @@ func TestOpen_CorruptFile(t *testing.T) {
 		_, err = c.List(testCtx(t), nil)
 		require.NoError(t, c.Close())
 	}
-	require.ErrorIs(t, err, ErrQueueCorrupt)
+	requireQueueError(t, err, (*QueueError).Corrupt)
 }
 
 func TestClient_LockedQueue(t *testing.T) {
@@ -202,7 +204,7 @@ func TestClient_LockedQueue(t *testing.T) {
 	require.NoError(t, err)
 	defer db.Close()
 	_, err = NewClient(ctx, db, nil)
-	require.ErrorIs(t, err, ErrQueueLocked, "migrating needs the write lock")
+	requireQueueError(t, err, (*QueueError).Locked, "migrating needs the write lock")
 
 	// A Client opened before the lock: Submit fails clearly, reads work.
 	short, err := sql.Open("sqlite", b.path+"?_pragma=busy_timeout(100)")
@@ -216,7 +218,7 @@ func TestClient_LockedQueue(t *testing.T) {
 	_, err = conn.ExecContext(ctx, "BEGIN EXCLUSIVE")
 	require.NoError(t, err)
 	_, err = c2.Submit(ctx, &Request{URL: "http://127.0.0.1:1/new"})
-	require.ErrorIs(t, err, ErrQueueLocked)
+	requireQueueError(t, err, (*QueueError).Locked)
 	got, err := c2.Get(ctx, kept.ID)
 	require.NoError(t, err, "reads go on in WAL mode")
 	require.Equal(t, kept.Key, got.Key)
@@ -239,9 +241,9 @@ func TestClient_CorruptRowIsQuarantined(t *testing.T) {
 	_, err = rawDB(t, b.path).Exec(`UPDATE idemkit_intents SET header = X'7B7B' WHERE id = ?`, bad.ID)
 	require.NoError(t, err)
 	_, err = b.c.q.claim(ctx, "", time.Now(), time.Minute, b.c.plan(time.Now()))
-	require.ErrorIs(t, err, ErrQueueCorrupt)
+	requireQueueError(t, err, (*QueueError).Corrupt)
 	_, err = b.c.Get(ctx, bad.ID)
-	require.ErrorIs(t, err, ErrQueueCorrupt)
+	requireQueueError(t, err, (*QueueError).Corrupt)
 	cl, err := b.c.q.claim(ctx, "", time.Now(), time.Minute, b.c.plan(time.Now()))
 	require.NoError(t, err)
 	require.Nil(t, cl, "the bad row is set aside, not retried in a loop")
@@ -288,7 +290,7 @@ func TestClient_ReadOnlyQueue(t *testing.T) {
 		_, err = ro.Submit(ctx, &Request{URL: "http://127.0.0.1:1/y"})
 		require.NoError(t, ro.Close())
 	}
-	require.ErrorIs(t, err, ErrQueueReadOnly)
+	requireQueueError(t, err, (*QueueError).ReadOnly)
 	all, err := b.c.List(ctx, nil)
 	require.NoError(t, err)
 	require.Len(t, all, 1)
@@ -299,7 +301,10 @@ func TestClient_ReadOnlyQueue(t *testing.T) {
 // succeeded ones (the receipts); a pending state is refused.
 func TestPrune_ByStateKeepsReceipts(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	clock := newFakeClock() // Prune(0) prunes what was updated before now: let a millisecond pass
+	cfg := testConfig()
+	cfg.timeNowFunc = clock.Now
+	b := setup(t, cfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/bad" {
 			w.WriteHeader(http.StatusBadRequest)
 			return
@@ -310,10 +315,11 @@ func TestPrune_ByStateKeepsReceipts(t *testing.T) {
 	ok, err := b.c.Do(ctx, &Request{URL: b.srv.URL + "/ok"})
 	require.NoError(t, err)
 	_, err = b.c.Do(ctx, &Request{URL: b.srv.URL + "/bad"})
-	require.ErrorIs(t, err, ErrFailed)
+	require.ErrorIs(t, err, StateFailed)
 	canceled, err := b.c.Submit(ctx, &Request{URL: b.srv.URL + "/later"})
 	require.NoError(t, err)
 	require.NoError(t, b.c.Cancel(ctx, canceled.ID))
+	clock.Advance(time.Millisecond)
 
 	_, err = b.c.Prune(ctx, 0, StatePending)
 	require.ErrorIs(t, err, ErrInvalidRequest)
@@ -518,7 +524,7 @@ func TestSubmit_ReturnsOnlyOnceItsIntentIsDurable(t *testing.T) {
 }
 
 // TestList_DamagedRowDoesNotHideTheOthers: one row that cannot be decoded does not
-// hide the others; List returns them with an ErrQueueCorrupt naming it.
+// hide the others; List returns them with a Corrupt QueueError naming it.
 func TestList_DamagedRowDoesNotHideTheOthers(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil, nil)
@@ -533,7 +539,7 @@ func TestList_DamagedRowDoesNotHideTheOthers(t *testing.T) {
 	require.NoError(t, err)
 
 	list, err := b.c.List(ctx, nil)
-	require.ErrorIs(t, err, ErrQueueCorrupt)
+	requireQueueError(t, err, (*QueueError).Corrupt)
 	require.Contains(t, err.Error(), bad.ID)
 	var ids []string
 	for _, in := range list {

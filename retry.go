@@ -6,35 +6,18 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hashicorp/go-retryablehttp"
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
-// CheckRetryFunc decides, after each attempt, whether to retry. It is called
-// with the response (nil on a transport error) and the transport error; the
-// response body has not been read. Return true to retry with the same key.
-// Return false with a nil error when resp is a definitive answer (2xx ends
-// the intent succeeded, anything else failed). Return false with an error to
-// give up: the intent ends failed with that error.
-//
-// The signature is that of go-retryablehttp's CheckRetry, so its policies
-// can be wrapped too.
-type CheckRetryFunc func(ctx context.Context, resp *http.Response, err error) (bool, error)
-
-// BackoffFunc returns how long to wait before retry number attemptNum
-// (0 for the wait after the first attempt), between min and max. resp is the
-// last response, nil after a transport error. A Retry-After on a 409, 429 or
-// 503 overrides it (see [Client]). The signature is that of go-retryablehttp's
-// Backoff.
-type BackoffFunc func(min, max time.Duration, attemptNum int, resp *http.Response) time.Duration
-
+// The base (min) and cap (max) passed to Config.Backoff.
 const (
-	// BackoffBaseDefault is the base (min) passed to Config.Backoff.
-	BackoffBaseDefault = 500 * time.Millisecond
-	// BackoffCapDefault is the cap (max) passed to Config.Backoff.
-	BackoffCapDefault = 30 * time.Second
+	backoffBase = 500 * time.Millisecond
+	backoffCap  = 30 * time.Second
 )
 
 // DefaultCheckRetry retries network errors and timeouts, 408, 425, every
@@ -44,7 +27,8 @@ const (
 // idemkit server's in-flight problem, Stripe's idempotency_key_in_use):
 // a handler's own "invoice already paid" 409 is not retried for a day. It
 // gives up on errors no retry can fix (an unsupported scheme, a bad TLS
-// certificate, too many redirects) and when ctx ends. Anything else is a
+// certificate, too many redirects, an invalid header: go-retryablehttp's
+// classification) and when ctx ends. Anything else is a
 // definitive answer. The Client never calls it for a replayed answer,
 // which is always final.
 func DefaultCheckRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
@@ -73,13 +57,13 @@ func DefaultCheckRetry(ctx context.Context, resp *http.Response, err error) (boo
 	return false, nil
 }
 
+// permanentTransportError reports a transport error no retry can fix, as
+// go-retryablehttp classifies them (too many redirects, an unsupported
+// scheme, an invalid header, a certificate that is not trusted), and a
+// certificate error wrapped in anything else.
 func permanentTransportError(err error) bool {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		msg := ue.Err.Error()
-		if strings.Contains(msg, "unsupported protocol scheme") || strings.Contains(msg, "stopped after") {
-			return true
-		}
+	if retry, _ := retryablehttp.ErrorPropagatedRetryPolicy(context.Background(), nil, err); !retry {
+		return true
 	}
 	var unknownCA x509.UnknownAuthorityError
 	var hostname x509.HostnameError
@@ -87,11 +71,11 @@ func permanentTransportError(err error) bool {
 	return errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid)
 }
 
-// DefaultBackoff is exponential backoff with full jitter: a uniformly random
-// wait in [0, min(max, min·2^attemptNum)).
-func DefaultBackoff(min, max time.Duration, attemptNum int, resp *http.Response) time.Duration {
+// defaultBackoff is the default Config.Backoff: exponential backoff with
+// full jitter, a uniformly random wait in [0, min(max, min·2^attemptNum)).
+func defaultBackoff(min, max time.Duration, attemptNum int, resp *http.Response) time.Duration {
 	if min <= 0 {
-		min = BackoffBaseDefault
+		min = backoffBase
 	}
 	if max < min {
 		max = min
@@ -168,7 +152,7 @@ func retryAfter(resp *http.Response, now time.Time) (time.Duration, bool) {
 
 // parseWindow reads an Idempotency-Window header: whole seconds, positive.
 func parseWindow(h http.Header) (time.Duration, bool) {
-	v := strings.TrimSpace(h.Get("Idempotency-Window"))
+	v := strings.TrimSpace(h.Get(wire.HeaderWindow))
 	if v == "" {
 		return 0, false
 	}

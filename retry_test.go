@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,12 +93,12 @@ func TestParseWindow(t *testing.T) {
 func TestDefaultBackoff(t *testing.T) {
 	t.Parallel()
 	for attempt := 0; attempt < 70; attempt++ {
-		ceiling := BackoffCapDefault
+		ceiling := backoffCap
 		if attempt < 6 {
-			ceiling = min(BackoffBaseDefault<<attempt, BackoffCapDefault)
+			ceiling = min(backoffBase<<attempt, backoffCap)
 		}
 		for i := 0; i < 200; i++ {
-			d := DefaultBackoff(BackoffBaseDefault, BackoffCapDefault, attempt, nil)
+			d := defaultBackoff(backoffBase, backoffCap, attempt, nil)
 			require.Greater(t, d, time.Duration(0))
 			require.LessOrEqual(t, d, ceiling+time.Millisecond, "attempt %d", attempt)
 		}
@@ -104,7 +106,7 @@ func TestDefaultBackoff(t *testing.T) {
 	// Full jitter: the waits of one attempt number are spread out.
 	seen := map[time.Duration]bool{}
 	for i := 0; i < 50; i++ {
-		seen[DefaultBackoff(BackoffBaseDefault, BackoffCapDefault, 5, nil).Round(time.Millisecond)] = true
+		seen[defaultBackoff(backoffBase, backoffCap, 5, nil).Round(time.Millisecond)] = true
 	}
 	require.Greater(t, len(seen), 10, "got %d distinct waits, want jitter", len(seen))
 }
@@ -183,4 +185,82 @@ func TestSchedule(t *testing.T) {
 			require.False(t, got.After(horizon), "%s: got %v, after the horizon %v", tc.name, got, horizon)
 		}
 	}
+}
+
+func FuzzParseRetryAfter(f *testing.F) {
+	for _, s := range []string{"0", "1", "120", "-1", "+1", "1.5", " 7 ", "", "abc",
+		"99999999999999999999999999", "Tue, 01 Dec 2026 09:00:30 GMT", "Tuesday, 01-Dec-26 09:01:00 GMT",
+		"Tue Dec  1 09:00:05 2026", "Mon, 30 Nov 1970 00:00:00 GMT", "Fri, 31 Dec 9999 23:59:59 GMT"} {
+		f.Add(s)
+	}
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, v string) {
+		d, ok := parseRetryAfter(v, now)
+		if !ok {
+			if d != 0 {
+				t.Fatalf("parseRetryAfter(%q) = %v, false: want 0 when rejected", v, d)
+			}
+			return
+		}
+		if d < 0 || d > maxRetryAfter {
+			t.Fatalf("parseRetryAfter(%q) = %v, out of [0, %v]", v, d, maxRetryAfter)
+		}
+		// Whatever the server says, the schedule never passes the horizon.
+		horizon := now.Add(time.Hour)
+		if next, ok := schedule(now, horizon, 0, d, true, 0, time.Second); ok && next.After(horizon) {
+			t.Fatalf("Retry-After %q scheduled at %v, after the horizon %v", v, next, horizon)
+		}
+	})
+}
+
+// TestDefaultCheckRetry_TransportErrors: the transport errors no retry can
+// fix give up (go-retryablehttp's classification: too many redirects, an
+// unsupported scheme, an invalid header, an untrusted certificate; and a
+// certificate error however wrapped); the others are retried.
+func TestDefaultCheckRetry_TransportErrors(t *testing.T) {
+	t.Parallel()
+	ue := func(err error) error { return &url.Error{Op: "Post", URL: "https://h/x", Err: err} }
+	for _, tc := range []struct {
+		name  string
+		err   error
+		retry bool
+	}{
+		{"connection refused", ue(errors.New("dial tcp 127.0.0.1:1: connect: connection refused")), true},
+		{"reset", ue(errors.New("read: connection reset by peer")), true},
+		{"timeout", ue(context.DeadlineExceeded), true},
+		{"redirects", ue(errors.New("stopped after 10 redirects")), false},
+		{"scheme", ue(errors.New(`unsupported protocol scheme "ftp"`)), false},
+		{"invalid header", ue(errors.New(`net/http: invalid header field value for "X-A"`)), false},
+		{"untrusted", ue(errors.New("x509: certificate is not trusted")), false},
+		{"unknown CA", ue(x509.UnknownAuthorityError{}), false},
+		{"hostname", ue(x509.HostnameError{Certificate: &x509.Certificate{}, Host: "h"}), false},
+		{"wrapped certificate error", fmt.Errorf("attempt: %w", x509.CertificateInvalidError{Reason: x509.Expired}), false},
+	} {
+		retry, err := DefaultCheckRetry(context.Background(), nil, tc.err)
+		require.Equal(t, tc.retry, retry, tc.name)
+		if tc.retry {
+			require.NoError(t, err, tc.name)
+		} else {
+			require.Error(t, err, "%s: giving up says why", tc.name)
+		}
+	}
+}
+
+// TestDo_BadCertificateGivesUp: a server whose certificate the client does
+// not trust gets one attempt; the intent ends failed with the TLS error.
+func TestDo_BadCertificateGivesUp(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(srv.Close)
+	b := setup(t, nil, nil)
+	in, err := b.c.Do(testCtx(t), &Request{URL: srv.URL})
+	require.ErrorIs(t, err, StateFailed)
+	require.Equal(t, 1, in.Attempts, "never retried")
+	require.Contains(t, in.LastError, "gave up")
+	require.Contains(t, in.LastError, "certificate")
+	require.Zero(t, n.Load(), "the handler never ran")
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strconv"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // Taking over at once the leases of processes that died: a process
@@ -25,22 +27,22 @@ const (
 	// leased intents are read).
 	sqlLeaseOwners = `SELECT DISTINCT lease_owner FROM idemkit_intents
 	WHERE state = 'pending' AND lease_owner IS NOT NULL AND lease_owner >= ?1 AND lease_owner < ?2
-		AND lease_owner <> ?3 AND next_attempt_at > ?4
+		AND lease_owner <> ?3 AND leased_until > ?4
 	ORDER BY lease_owner LIMIT ?5`
 
 	// sqlLeasesOf lists the live leases of one holder.
 	sqlLeasesOf = `SELECT id, key, lease_token FROM idemkit_intents
-	WHERE state = 'pending' AND lease_owner = ?1 AND next_attempt_at > ?2
+	WHERE state = 'pending' AND lease_owner = ?1 AND leased_until > ?2
 	LIMIT ?3`
 
 	// sqlLeaseOfID is the live lease of one intent, if it has one.
 	sqlLeaseOfID = `SELECT lease_owner, key, lease_token FROM idemkit_intents
-	WHERE id = ?1 AND state = 'pending' AND lease_owner IS NOT NULL AND next_attempt_at > ?2`
+	WHERE id = ?1 AND state = 'pending' AND lease_owner IS NOT NULL AND leased_until > ?2`
 
 	// sqlExpireLease ends a dead holder's lease now: a compare-and-set on
 	// the fencing token and the holder, so a lease claimed meanwhile by
 	// anyone else is left alone. The next claim takes a new token.
-	sqlExpireLease = `UPDATE idemkit_intents SET next_attempt_at = ?1, updated_at = ?1, lease_owner = NULL
+	sqlExpireLease = `UPDATE idemkit_intents SET next_attempt_at = ?1, updated_at = ?1, lease_owner = NULL, leased_until = NULL
 	WHERE id = ?2 AND lease_token = ?3 AND lease_owner = ?4 AND state = 'pending'`
 )
 
@@ -93,12 +95,12 @@ func (c *Client) takeOver(ctx context.Context, id string) {
 // goneFunc reports whether the holder of a lease is dead, and why.
 type goneFunc func(o leaseOwner, raw string) (bool, string)
 
-// deadLeases returns the live leases (next_attempt_at after now) on
+// deadLeases returns the live leases (leased_until after now) on
 // intent id, or on any intent when id is empty, whose holder runs on the
 // host of self, is not self, and is gone according to gone (asked once per
 // holder).
 func (q *queue) deadLeases(ctx context.Context, self leaseOwner, id string, now time.Time, gone goneFunc) ([]deadLease, error) {
-	ts := formatTime(now)
+	ts := wire.FormatTime(now)
 	me := self.String()
 	check := func(raw string) (leaseOwner, string, bool) {
 		o, err := parseLeaseOwner(raw)
@@ -162,7 +164,7 @@ func (q *queue) expireLeases(ctx context.Context, now time.Time, leases []deadLe
 	var done []deadLease
 	err := q.inTx(ctx, func(ex execer) error {
 		done = done[:0]
-		ts := formatTime(now)
+		ts := wire.FormatTime(now)
 		for _, l := range leases {
 			res, err := ex.ExecContext(ctx, sqlExpireLease, ts, l.id, l.token, l.raw)
 			if err != nil {

@@ -19,6 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/server"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // logRecorder is a slog.Handler that keeps every record, for tests that
@@ -196,7 +198,7 @@ func TestClient_TakeOverChoosesLeases(t *testing.T) {
 	other := leaseOwner{host: "elsewhere" + hostSuffix(), pid: dead.pid}
 
 	now := time.Now()
-	leaseEnd := formatTime(now.Add(10 * time.Minute))
+	leaseEnd := wire.FormatTime(now.Add(10 * time.Minute))
 	rows := map[string]struct {
 		owner any
 		next  string
@@ -208,7 +210,7 @@ func TestClient_TakeOverChoosesLeases(t *testing.T) {
 		"other":   {other.String(), leaseEnd, false},
 		"self":    {self.String(), leaseEnd, false},
 		"unnamed": {nil, leaseEnd, false},
-		"ranout":  {dead.String(), formatTime(now.Add(-time.Second)), false},
+		"ranout":  {dead.String(), wire.FormatTime(now.Add(-time.Second)), false},
 		"garbage": {self.host + "/not-a-pid/", leaseEnd, false},
 	}
 	for name := range rows {
@@ -217,7 +219,7 @@ func TestClient_TakeOverChoosesLeases(t *testing.T) {
 	}
 	db := rawDB(t, b.path)
 	for name, r := range rows {
-		_, err := db.ExecContext(ctx, `UPDATE idemkit_intents SET lease_token = 7, attempts = 1, lease_owner = ?, next_attempt_at = ? WHERE key = ?`,
+		_, err := db.ExecContext(ctx, `UPDATE idemkit_intents SET lease_token = 7, attempts = 1, lease_owner = ?, next_attempt_at = ?2, leased_until = ?2 WHERE key = ?3`,
 			r.owner, r.next, name)
 		require.NoError(t, err)
 	}
@@ -242,7 +244,7 @@ func TestClient_TakeOverChoosesLeases(t *testing.T) {
 		require.EqualValues(t, 7, token, "%s: the token only moves on the next claim", name)
 		if r.taken {
 			require.Nil(t, owner, "%s: lease expired", name)
-			require.LessOrEqual(t, next, formatTime(time.Now()), "%s: due now", name)
+			require.LessOrEqual(t, next, wire.FormatTime(time.Now()), "%s: due now", name)
 			require.True(t, taken[name], "%s: logged", name)
 			continue
 		}
@@ -276,7 +278,7 @@ func TestClient_TakeOverChoosesLeases(t *testing.T) {
 	// One intent by id, as Do does it.
 	in, err := b.c.Submit(ctx, &Request{URL: "http://127.0.0.1:1/by-id", Key: "by-id"})
 	require.NoError(t, err)
-	_, err = db.ExecContext(ctx, `UPDATE idemkit_intents SET lease_token = 3, lease_owner = ?, next_attempt_at = ? WHERE id = ?`,
+	_, err = db.ExecContext(ctx, `UPDATE idemkit_intents SET lease_token = 3, lease_owner = ?, next_attempt_at = ?2, leased_until = ?2 WHERE id = ?3`,
 		dead.String(), leaseEnd, in.ID)
 	require.NoError(t, err)
 	b.c.takeOver(ctx, in.ID)
@@ -288,7 +290,7 @@ func TestClient_TakeOverChoosesLeases(t *testing.T) {
 func TestQueue_TakeOverUsesIndex(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil, nil)
-	now := formatTime(time.Now())
+	now := wire.FormatTime(time.Now())
 	lo, hi := hostPrefixRange("h")
 	require.Contains(t, explain(t, b.c.q.db, sqlLeaseOwners, lo, hi, "h/1/1", now, 32), "SEARCH idemkit_intents USING INDEX idemkit_intents_leased")
 	require.Contains(t, explain(t, b.c.q.db, sqlLeasesOf, "h/1/1", now, 256), "SEARCH idemkit_intents USING INDEX idemkit_intents_leased")

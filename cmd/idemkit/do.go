@@ -81,7 +81,7 @@ queued and do prints the 'idemkit run' command that finishes it with the same ke
 				if ctx.Err() == nil && err != nil {
 					why = err.Error()
 				}
-				if errors.Is(err, idemkit.ErrMaxAttempts) {
+				if errors.Is(err, idemkit.StatePending) {
 					why = errMaxAttempts{sf.maxAttempts}.Error()
 				}
 				if g.json {

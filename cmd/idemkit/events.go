@@ -127,13 +127,11 @@ func (t *tracker) onEvent(e idemkit.Event) {
 			t.printf("%s attempt %d: %s", shortID(id), e.Attempt, e.URL)
 		}
 	case idemkit.EventRetrying:
-		if t.retries {
-			t.printf("%s attempt %d: %s; retrying in %v with the same key", shortID(id), e.Attempt, e.Reason, e.Wait.Round(time.Millisecond))
-		}
-		t.checkExhausted(id)
-	case idemkit.EventRescheduled:
-		if t.retries {
+		switch {
+		case t.retries && e.Queued:
 			t.printf("%s attempt %d: %s; next attempt at %s with the same key (the wait is written to the queue)", shortID(id), e.Attempt, e.Reason, fmtTime(e.Next))
+		case t.retries:
+			t.printf("%s attempt %d: %s; retrying in %v with the same key", shortID(id), e.Attempt, e.Reason, e.Wait.Round(time.Millisecond))
 		}
 		t.checkExhausted(id)
 	case idemkit.EventEnded:

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -64,10 +63,10 @@ attempt started). --state is one of: ` + statesList() + `.`,
 			}
 			defer c.Close()
 			list, err := c.List(cmd.Context(), &idemkit.ListOptions{State: st, Limit: limit})
-			if err != nil && !errors.Is(err, idemkit.ErrQueueCorrupt) {
+			if err != nil && !isCorrupt(err) {
 				return err
 			}
-			// Damaged rows (err wraps ErrQueueCorrupt for each) do not hide the
+			// Damaged rows (err wraps a Corrupt QueueError for each) do not hide the
 			// good ones: those are listed, the damage is reported on stderr and
 			// the exit status is non-zero.
 			listErr := err

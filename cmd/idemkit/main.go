@@ -150,9 +150,9 @@ func exitCode(err error) int {
 // an expired intent, 1 otherwise.
 func outcomeCode(err error) int {
 	switch {
-	case errors.Is(err, idemkit.ErrWindowExpired):
+	case errors.Is(err, idemkit.StateExpired):
 		return exitExpired
-	case errors.Is(err, idemkit.ErrKeyReused), errors.Is(err, idemkit.ErrFailed), errors.Is(err, idemkit.ErrCanceled):
+	case errors.Is(err, idemkit.ErrKeyReused), errors.Is(err, idemkit.StateFailed), errors.Is(err, idemkit.StateCanceled):
 		return exitFailed
 	}
 	return exitError

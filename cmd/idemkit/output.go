@@ -249,7 +249,7 @@ func find(ctx context.Context, c *idemkit.Client, ref string) (*idemkit.Intent, 
 		return in, err
 	}
 	all, lerr := listAll(ctx, c, "")
-	if lerr != nil && !errors.Is(lerr, idemkit.ErrQueueCorrupt) {
+	if lerr != nil && !isCorrupt(lerr) {
 		return nil, lerr
 	}
 	var byPrefix, byKey []*idemkit.Intent

@@ -104,16 +104,41 @@ func (g *globals) openExisting(ctx context.Context, e *env) (*idemkit.Client, qu
 	return c, qf, err
 }
 
+// queueError returns the *idemkit.QueueError err is or wraps, or nil.
+func queueError(err error) *idemkit.QueueError {
+	var qe *idemkit.QueueError
+	if errors.As(err, &qe) {
+		return qe
+	}
+	return nil
+}
+
+// isCorrupt reports a damaged queue file or row.
+func isCorrupt(err error) bool {
+	qe := queueError(err)
+	return qe != nil && qe.Corrupt()
+}
+
+// explained is an SDK error in words: msg, still wrapping err.
+type explained struct {
+	msg string
+	err error
+}
+
+func (e explained) Error() string { return e.msg }
+func (e explained) Unwrap() error { return e.err }
+
 // explain turns an error of idemkit.Open into words: no SQLite result
 // codes.
 func (q queueFile) explain(err error) error {
+	qe := queueError(err)
 	switch {
-	case errors.Is(err, idemkit.ErrQueueCorrupt):
+	case isCorrupt(err):
 		return err // names the file and says "not a SQLite database" or what is damaged
-	case errors.Is(err, idemkit.ErrQueueLocked):
-		return fmt.Errorf("the queue %s is locked by another process (waited 5s); try again: %w", q.path, idemkit.ErrQueueLocked)
-	case errors.Is(err, idemkit.ErrQueueReadOnly):
-		return fmt.Errorf("the queue %s is read-only (check the permissions of the file and its directory): %w", q.path, idemkit.ErrQueueReadOnly)
+	case qe != nil && qe.Locked():
+		return explained{fmt.Sprintf("the queue %s is locked by another process (waited 5s); try again: idemkit: queue file is locked by another process", q.path), err}
+	case qe != nil && qe.ReadOnly():
+		return explained{fmt.Sprintf("the queue %s is read-only (check the permissions of the file and its directory): idemkit: queue file is read-only", q.path), err}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
 	case strings.Contains(err.Error(), "unable to open database file"), strings.Contains(err.Error(), "(14)"):

@@ -74,12 +74,16 @@ func readData(data string, stdin io.Reader) ([]byte, error) {
 		defer f.Close()
 		r = f
 	}
-	b, err := io.ReadAll(io.LimitReader(r, idemkit.MaxBodySize+1))
+	b, err := io.ReadAll(io.LimitReader(r, maxBody+1))
 	if err != nil {
 		return nil, fmt.Errorf("--data: %w", err)
 	}
 	return b, nil
 }
+
+// maxBody is the largest request body the SDK queues (10 MiB): --data reads
+// one byte more, so that a larger body is refused by the SDK, in its words.
+const maxBody = 10 << 20
 
 // credentialNames are the headers the client keeps out of the queue.
 var credentialNames = []string{"Authorization", "Proxy-Authorization", "Cookie"}

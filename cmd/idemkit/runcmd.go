@@ -131,7 +131,7 @@ submit); with --until-done a missing queue means nothing to do (exit 0).`,
 	}
 	cmd.Flags().BoolVar(&untilDone, "until-done", false, "exit once no intent is pending")
 	cmd.Flags().BoolVar(&all, "all", false, "with --until-done: judge every intent in the queue, not only this run's")
-	cmd.Flags().IntVar(&concurrency, "concurrency", idemkit.ConcurrencyDefault, "intents sent at once")
+	cmd.Flags().IntVar(&concurrency, "concurrency", (*idemkit.Config)(nil).WithDefaults().Concurrency, "intents sent at once")
 	cmd.Flags().StringArrayVarP(&headers, "header", "H", nil, "header added at send time to --host only, never stored (repeatable)")
 	cmd.Flags().StringVar(&host, "host", "", "the host -H is sent to: https://api.example.com or api.example.com (default: the host of the pending intents, if they share one)")
 	sf.register(cmd)
@@ -205,7 +205,7 @@ func (r *runner) printEnded(in *idemkit.Intent) error {
 // them (the queue holds their names, never their values).
 func (r *runner) warnMissingCredentials(ctx context.Context, h http.Header) error {
 	pending, err := listAll(ctx, r.c, idemkit.StatePending)
-	if err != nil && !errors.Is(err, idemkit.ErrQueueCorrupt) {
+	if err != nil && !isCorrupt(err) {
 		return err
 	}
 	for _, in := range pending {
@@ -296,7 +296,7 @@ func (r *runner) untilDone(ctx context.Context, all bool) error {
 	// This run's intents: those pending now, and those that end here.
 	mine := map[string]bool{}
 	startPending, err := listAll(setup, r.c, idemkit.StatePending)
-	if err != nil && !errors.Is(err, idemkit.ErrQueueCorrupt) {
+	if err != nil && !isCorrupt(err) {
 		return err
 	}
 	for _, in := range startPending {
@@ -350,7 +350,7 @@ func (r *runner) untilDone(ctx context.Context, all bool) error {
 	if all {
 		for _, s := range []idemkit.IntentState{idemkit.StateFailed, idemkit.StateExpired, idemkit.StateCanceled} {
 			list, err := listAll(setup, r.c, s)
-			if err != nil && !errors.Is(err, idemkit.ErrQueueCorrupt) {
+			if err != nil && !isCorrupt(err) {
 				return err
 			}
 			judged = append(judged, list...)
@@ -358,7 +358,7 @@ func (r *runner) untilDone(ctx context.Context, all bool) error {
 	} else {
 		for id := range mine {
 			in, err := r.c.Get(setup, id)
-			if errors.Is(err, idemkit.ErrQueueCorrupt) {
+			if isCorrupt(err) {
 				continue // reported by damageErr
 			}
 			if err != nil {
@@ -432,7 +432,7 @@ func (r *runner) exhaustedPending(ctx context.Context) ([]string, error) {
 // look.
 func damagedPending(ctx context.Context, c *idemkit.Client) (int, error) {
 	_, err := listAll(ctx, c, idemkit.StatePending)
-	if err == nil || !errors.Is(err, idemkit.ErrQueueCorrupt) {
+	if err == nil || !isCorrupt(err) {
 		return 0, err
 	}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
@@ -465,7 +465,7 @@ func newHostScope(ctx context.Context, c *idemkit.Client, flag string) (*hostSco
 		return s, nil
 	}
 	pending, err := listAll(ctx, c, idemkit.StatePending)
-	if err != nil && !errors.Is(err, idemkit.ErrQueueCorrupt) {
+	if err != nil && !isCorrupt(err) {
 		return nil, err
 	}
 	hosts := map[string]bool{}

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 
@@ -45,5 +49,23 @@ func versionString() string {
 	return fmt.Sprintf("idemkit %s (%s)", v, strings.Join(extra, ", "))
 }
 
-// queueSchemaVersion is the queue schema version this binary writes.
-func queueSchemaVersion() string { return fmt.Sprint(idemkit.QueueSchemaVersion) }
+// queueSchemaVersion is the queue schema version this binary writes: that
+// of a fresh queue, made in a temporary directory and removed.
+func queueSchemaVersion() string {
+	dir, err := os.MkdirTemp("", "idemkit-version-")
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	c, err := idemkit.Open(ctx, filepath.Join(dir, "queue.db"), &idemkit.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	defer c.Close()
+	v, err := c.SchemaVersion(ctx)
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	return fmt.Sprint(v)
+}

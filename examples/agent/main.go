@@ -98,9 +98,11 @@ func report(w io.Writer, e idemkit.Event) {
 	case idemkit.EventAnswered:
 		fmt.Fprintf(w, "agent: %s attempt %d: %d replayed=%v\n", e.Key, e.Attempt, e.Status, e.Replayed)
 	case idemkit.EventRetrying:
-		fmt.Fprintf(w, "agent: %s attempt %d: %s; retrying in %v\n", e.Key, e.Attempt, e.Reason, e.Wait)
-	case idemkit.EventRescheduled:
-		fmt.Fprintf(w, "agent: %s attempt %d: %s; next attempt at %s\n", e.Key, e.Attempt, e.Reason, e.Next.Format("15:04:05.000"))
+		if e.Queued {
+			fmt.Fprintf(w, "agent: %s attempt %d: %s; next attempt at %s\n", e.Key, e.Attempt, e.Reason, e.Next.Format("15:04:05.000"))
+		} else {
+			fmt.Fprintf(w, "agent: %s attempt %d: %s; retrying in %v\n", e.Key, e.Attempt, e.Reason, e.Wait)
+		}
 	case idemkit.EventEnded:
 		fmt.Fprintf(w, "agent: %s ended %s after %d attempt(s)\n", e.Key, e.State, e.Attempt)
 	}

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/go-retryablehttp"
-
 	"github.com/idemkit/idemkit"
 )
 
@@ -30,6 +28,10 @@ type clientFlags struct {
 	t0      time.Time
 	verbose bool
 }
+
+// maxBody bounds what the tracing transport reads of a response: the
+// SDK's own limit (10 MiB).
+const maxBody = 10 << 20
 
 func (f *clientFlags) register(fs *flag.FlagSet) *int64 {
 	fs.StringVar(&f.url, "url", "", "base URL of the payments API")
@@ -76,7 +78,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	// the restarted client does not wait for the killed one's lease, it
 	// sees that its holder is dead.
 	c, err := idemkit.Open(ctx, *queue, &idemkit.Config{
-		HTTPClient: &retryablehttp.Client{HTTPClient: &http.Client{Transport: &tracingTransport{base: tr, em: em}}},
+		HTTPClient: &http.Client{Transport: &tracingTransport{base: tr, em: em}},
 		// Credentials are never written to the queue: a resumed intent gets
 		// them from the hook, at send time.
 		SendHookFunc: func(_ string, r *http.Request) error {
@@ -227,7 +229,7 @@ func (t *tracingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		t.em.emit(event{Kind: evResponse, Key: key, Text: "<- no answer: " + err.Error()})
 		return nil, err
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, idemkit.MaxBodySize+1))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	if err != nil {

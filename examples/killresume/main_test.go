@@ -289,7 +289,8 @@ func TestClientTiming(t *testing.T) {
 	// The client runs on the SDK's defaults. Its lifetime is shorter than
 	// the killed client's lease: the restarted client can only finish by
 	// taking the dead client's lease over, never by waiting it out.
-	require.Greater(t, idemkit.LeaseDurationDefault, clientTimeout+maxDelay)
-	require.Greater(t, idemkit.AttemptTimeoutDefault, serverLockTimeout, "a 409 must come back within one attempt")
-	require.Greater(t, idemkit.AttemptTimeoutDefault, maxDelay, "the handler's answer comes back within one attempt")
+	sdk := (*idemkit.Config)(nil).WithDefaults()
+	require.Greater(t, sdk.LeaseDuration, clientTimeout+maxDelay)
+	require.Greater(t, sdk.AttemptTimeout, serverLockTimeout, "a 409 must come back within one attempt")
+	require.Greater(t, sdk.AttemptTimeout, maxDelay, "the handler's answer comes back within one attempt")
 }

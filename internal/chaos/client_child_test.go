@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"sync"
 	"time"
-
-	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/idemkit/idemkit"
 )
@@ -62,8 +61,12 @@ const (
 
 // childBackoff is full jitter over [20ms, 400ms]: fast retries, so that a
 // chaos run with thousands of faults stays short.
-func childBackoff(_, _ time.Duration, n int, resp *http.Response) time.Duration {
-	return idemkit.DefaultBackoff(20*time.Millisecond, 400*time.Millisecond, n, resp)
+func childBackoff(_, _ time.Duration, n int, _ *http.Response) time.Duration {
+	ceiling := 400 * time.Millisecond
+	if n < 5 {
+		ceiling = min(ceiling, 20*time.Millisecond<<n)
+	}
+	return rand.N(ceiling) + time.Millisecond
 }
 
 func childConfig(s clientSpec, transport http.RoundTripper) *idemkit.Config {
@@ -80,7 +83,7 @@ func childConfig(s clientSpec, transport http.RoundTripper) *idemkit.Config {
 		},
 	}
 	if transport != nil {
-		cfg.HTTPClient = &retryablehttp.Client{HTTPClient: &http.Client{Transport: transport}}
+		cfg.HTTPClient = &http.Client{Transport: transport}
 	}
 	return cfg
 }
@@ -144,7 +147,7 @@ func clientMain(s clientSpec) error {
 }
 
 // submitAll submits the spec's intents, 32 at a time (they share group
-// commits). ErrQueueLocked is retried.
+// commits). A Locked QueueError is retried.
 func submitAll(ctx context.Context, c *idemkit.Client, s clientSpec) error {
 	sem := make(chan struct{}, 32)
 	var (
@@ -162,7 +165,7 @@ func submitAll(ctx context.Context, c *idemkit.Client, s clientSpec) error {
 			var err error
 			for range 20 {
 				_, err = c.Submit(ctx, paymentRequest(s.URL, key, intentAmount(i)))
-				if !errors.Is(err, idemkit.ErrQueueLocked) {
+				if !queueLocked(err) {
 					break
 				}
 			}
@@ -200,7 +203,7 @@ func runUntilDone(ctx context.Context, c *idemkit.Client, limit time.Duration) e
 			fmt.Println("DONE")
 			return nil
 		}
-		if err != nil && !errors.Is(err, idemkit.ErrQueueLocked) {
+		if err != nil && !queueLocked(err) {
 			return err
 		}
 		select {
@@ -237,4 +240,10 @@ func blockUntilKilled() {
 	t := time.NewTimer(10 * time.Minute)
 	defer t.Stop()
 	<-t.C
+}
+
+// queueLocked reports a queue file locked by another process.
+func queueLocked(err error) bool {
+	var qe *idemkit.QueueError
+	return errors.As(err, &qe) && qe.Locked()
 }

@@ -321,10 +321,8 @@ func TestHostile_RetryAfter(t *testing.T) {
 			require.NoError(t, err)
 			defer c.Close()
 			in, err := c.Do(ctx, &idemkit.Request{URL: up.URL + "/x", Body: []byte(`{}`)})
-			require.ErrorIs(t, err, idemkit.ErrWindowExpired, "the year-long wait ends at the horizon, not at the context deadline")
-			var re *idemkit.ResultError
-			require.ErrorAs(t, err, &re)
-			in = re.Intent
+			require.ErrorIs(t, err, idemkit.StateExpired, "the year-long wait ends at the horizon, not at the context deadline")
+			require.NotNil(t, in, "Do returns the intent with its error")
 			require.Equal(t, idemkit.StateExpired, in.State)
 			require.False(t, in.Horizon.After(in.FirstAttemptAt.Add(10*time.Second)), "horizon within the window")
 			attempts, err := c.Attempts(ctx, in.ID)
@@ -378,7 +376,7 @@ func TestHostile_QueueFile(t *testing.T) {
 		garbage := bytes.Repeat([]byte("this is not a database\n"), 100)
 		require.NoError(t, os.WriteFile(path, garbage, 0o600))
 		_, err := idemkit.Open(ctx, path, nil)
-		require.ErrorIs(t, err, idemkit.ErrQueueCorrupt)
+		requireQueueError(t, err, (*idemkit.QueueError).Corrupt)
 
 		for _, args := range [][]string{
 			{"submit", "--queue", path, "--url", "http://127.0.0.1:1/x"},
@@ -459,7 +457,7 @@ func TestHostile_QueueFile(t *testing.T) {
 
 		// A clear error: a sentinel, not the bare driver text ("attempt to
 		// write a readonly database (8)") it once was.
-		require.ErrorIs(t, roErr, idemkit.ErrQueueReadOnly)
+		requireQueueError(t, roErr, (*idemkit.QueueError).ReadOnly)
 	})
 
 	t.Run("read-only file", func(t *testing.T) {
@@ -541,7 +539,7 @@ func TestHostile_ClientKeys(t *testing.T) {
 // TestHostile_CorruptQueueRow: one intent row of a queue is damaged on disk
 // (its stored header is not JSON). The client keeps sending the others,
 // never sends the damaged one, keeps its row (no intent is lost: it can be
-// repaired), and reports it with ErrQueueCorrupt; the CLI lists without
+// repaired), and reports it with a Corrupt QueueError; the CLI lists without
 // panicking.
 func TestHostile_CorruptQueueRow(t *testing.T) {
 	t.Parallel()
@@ -590,7 +588,7 @@ func TestHostile_CorruptQueueRow(t *testing.T) {
 	require.NoError(t, <-done)
 
 	_, err = c.Get(ctx, ids["damaged"])
-	require.ErrorIs(t, err, idemkit.ErrQueueCorrupt)
+	requireQueueError(t, err, (*idemkit.QueueError).Corrupt)
 	mu.Lock()
 	require.Zero(t, seen["damaged"], "the damaged intent is never sent")
 	require.Equal(t, 1, seen["good-1"])
@@ -614,4 +612,14 @@ func TestHostile_CorruptQueueRow(t *testing.T) {
 	if err != nil {
 		require.Contains(t, stderr.String(), "corrupt", "a failing ls says why")
 	}
+}
+
+// requireQueueError asserts that err is, or wraps, an *idemkit.QueueError
+// for which is (a method such as (*idemkit.QueueError).Corrupt) reports
+// true.
+func requireQueueError(t *testing.T, err error, is func(*idemkit.QueueError) bool) {
+	t.Helper()
+	var qe *idemkit.QueueError
+	require.ErrorAs(t, err, &qe)
+	require.True(t, is(qe), "%v: not the expected QueueError problem", err)
 }

@@ -2,37 +2,11 @@ package idemkit
 
 import (
 	"bytes"
-	"errors"
 	"net/http"
 	"testing"
-	"time"
-)
 
-func FuzzParseRetryAfter(f *testing.F) {
-	for _, s := range []string{"0", "1", "120", "-1", "+1", "1.5", " 7 ", "", "abc",
-		"99999999999999999999999999", "Tue, 01 Dec 2026 09:00:30 GMT", "Tuesday, 01-Dec-26 09:01:00 GMT",
-		"Tue Dec  1 09:00:05 2026", "Mon, 30 Nov 1970 00:00:00 GMT", "Fri, 31 Dec 9999 23:59:59 GMT"} {
-		f.Add(s)
-	}
-	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
-	f.Fuzz(func(t *testing.T, v string) {
-		d, ok := parseRetryAfter(v, now)
-		if !ok {
-			if d != 0 {
-				t.Fatalf("parseRetryAfter(%q) = %v, false: want 0 when rejected", v, d)
-			}
-			return
-		}
-		if d < 0 || d > maxRetryAfter {
-			t.Fatalf("parseRetryAfter(%q) = %v, out of [0, %v]", v, d, maxRetryAfter)
-		}
-		// Whatever the server says, the schedule never passes the horizon.
-		horizon := now.Add(time.Hour)
-		if next, ok := schedule(now, horizon, 0, d, true, 0, time.Second); ok && next.After(horizon) {
-			t.Fatalf("Retry-After %q scheduled at %v, after the horizon %v", v, next, horizon)
-		}
-	})
-}
+	"github.com/idemkit/idemkit/internal/wire"
+)
 
 func FuzzDecodeIntent(f *testing.F) {
 	ts := "2026-12-01T09:00:00.000Z"
@@ -50,8 +24,8 @@ func FuzzDecodeIntent(f *testing.F) {
 		}
 		in, err := decodeIntent(r)
 		if err != nil {
-			if !errors.Is(err, ErrQueueCorrupt) {
-				t.Fatalf("decodeIntent error %v does not wrap ErrQueueCorrupt", err)
+			if !isQueue(err, queueCorrupt) {
+				t.Fatalf("decodeIntent error %v is not a Corrupt QueueError", err)
 			}
 			return
 		}
@@ -60,8 +34,8 @@ func FuzzDecodeIntent(f *testing.F) {
 		if !in.State.valid() || validateKey(in.Key) != nil || !validToken(in.Method) {
 			t.Fatalf("decoded an invalid intent: %+v", in)
 		}
-		again, err := decodeHeader(encodeHeader(in.Header))
-		if err != nil || !bytes.Equal(encodeHeader(again), encodeHeader(in.Header)) {
+		again, err := wire.DecodeHeader(wire.EncodeHeader(in.Header))
+		if err != nil || !bytes.Equal(wire.EncodeHeader(again), wire.EncodeHeader(in.Header)) {
 			t.Fatalf("header does not round-trip: %v", err)
 		}
 		if _, err := http.NewRequest(in.Method, in.URL, nil); err != nil {

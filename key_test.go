@@ -3,7 +3,7 @@ package idemkit
 import (
 	"testing"
 
-	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // FuzzKeyHeaderValue: every key a profile accepts reaches the server's
@@ -20,7 +20,7 @@ func FuzzKeyHeaderValue(f *testing.F) {
 				continue
 			}
 			v := p.keyValue(k)
-			got, err := server.ParseKey([]string{v})
+			got, err := wire.ParseKey([]string{v})
 			if err != nil {
 				t.Fatalf("profile %s: key %q sent as %q: server refuses it: %v", p.Name, k, v, err)
 			}
