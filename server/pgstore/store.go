@@ -86,6 +86,10 @@ type Store struct {
 	cfg  *Config
 	d    *dialect
 	s    *sqlstore.Store
+	// tx is the store of transactional-mode claims: the middleware has read
+	// the record (Get) before it begins the transaction, so the claim is the
+	// upsert alone, without the read of ClaimOrRead.
+	tx *sqlstore.Store
 	q    *querier // the pool
 	// timeouts caches timeoutArgs.
 	timeouts atomic.Pointer[timeouts]
@@ -116,8 +120,12 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 		return nil, err
 	}
 	d := &dialect{}
-	return &Store{pool: pool, cfg: cfg, d: d, s: sqlstore.New(d, cfg.SweepChunkSize), q: &querier{q: pool}}, nil
+	return &Store{pool: pool, cfg: cfg, d: d, s: sqlstore.New(d, cfg.SweepChunkSize), tx: sqlstore.New(txDialect{d}, cfg.SweepChunkSize),
+		q: &querier{q: pool}}, nil
 }
+
+// txDialect is the dialect without its ClaimReader capability.
+type txDialect struct{ sqlstore.Dialect }
 
 // Pool returns the pool the store uses.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }

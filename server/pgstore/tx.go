@@ -49,7 +49,7 @@ func (s *Store) BeginTx(ctx context.Context, lockTimeout time.Duration) (server.
 	if err != nil {
 		return nil, interpretError(err)
 	}
-	t := &pgTx{conn: conn, s: s.s, timeouts: s.timeoutArgs(lockTimeout)}
+	t := &pgTx{conn: conn, s: s.tx, timeouts: s.timeoutArgs(lockTimeout)}
 	t.q = &querier{q: (*beginQuerier)(t)}
 	t.handle = &pgHandleTx{t: t}
 	return t, nil
@@ -179,7 +179,10 @@ func (t *pgTx) begin(ctx context.Context) error {
 }
 
 // Claim implements server.StoreTx.Claim. The first claim of the transaction
-// travels with its BEGIN.
+// travels with its BEGIN and sets the transaction's timeouts. It is the
+// upsert alone (the transactional middleware has read the record before):
+// a live record it meets is locked until the transaction ends and read by a
+// second statement.
 func (t *pgTx) Claim(ctx context.Context, req server.ClaimRequest) (server.ClaimResult, error) {
 	if t.conn == nil {
 		return server.ClaimResult{}, interpretError(pgx.ErrTxClosed)
