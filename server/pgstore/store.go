@@ -90,7 +90,7 @@ type Store struct {
 	// the record (Get) before it begins the transaction, so the claim is the
 	// upsert alone, without the read of ClaimOrRead.
 	tx *sqlstore.Store
-	q    *querier // the pool
+	q  *querier // the pool
 	// timeouts caches timeoutArgs.
 	timeouts atomic.Pointer[timeouts]
 }
