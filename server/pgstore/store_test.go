@@ -74,7 +74,7 @@ func TestNewPostgresStore_Validate(t *testing.T) {
 	require.ErrorContains(t, err, "pool is nil")
 
 	cfg := (*pgstore.Config)(nil).WithDefaults()
-	require.Equal(t, 1000, cfg.SweepChunkSize)
+	require.Equal(t, 200, cfg.SweepChunkSize)
 	require.Equal(t, 30*time.Second, cfg.StatementTimeout)
 	require.Equal(t, 60*time.Second, cfg.IdleInTransactionTimeout)
 
