@@ -32,10 +32,10 @@ func Tx(ctx context.Context) (pgx.Tx, bool) {
 // the wait for a connection; the caller must end the transaction with Commit
 // or Rollback.
 //
-// Round trips: the BEGIN and the SET LOCALs of the timeouts are sent with
-// the first claim (or the handler's first statement), and the completion
-// with the COMMIT, so that a new key costs two round trips besides the
-// handler's.
+// Round trips: the BEGIN is sent with the first claim, which sets the
+// timeouts itself (or with the handler's first statement and one statement
+// setting them), and the completion with the COMMIT, so that a new key
+// costs two round trips and four statements besides the handler's.
 //
 // Handle returns a pgx.Tx.
 func (s *Store) BeginTx(ctx context.Context, lockTimeout time.Duration) (server.StoreTx, error) {
