@@ -177,7 +177,7 @@ func (s *Store) ExtendLease(ctx context.Context, sc server.Scope, token int64, n
 // total. After each full chunk it pauses for as long as the chunk took, so
 // that a sweep of a large backlog takes at most half of one connection's
 // time and the claims keep their latency (on 2 cores, deleting 1,000,000
-// rows took 46 s, 3.7 times as long as unpaced 1,000-row chunks; see
+// rows took 33-46 s, 2.2-3.7 times as long as unpaced 1,000-row chunks; see
 // BENCHMARKS.md). ctx is checked between chunks and cancels the running chunk; rows
 // deleted by earlier chunks stay deleted and are counted in the returned
 // total, which comes with ctx's error.
