@@ -74,7 +74,7 @@ func TestNewPostgresStore_Validate(t *testing.T) {
 	require.ErrorContains(t, err, "pool is nil")
 
 	cfg := (*pgstore.Config)(nil).WithDefaults()
-	require.Equal(t, 1000, cfg.SweepChunkSize)
+	require.Equal(t, 200, cfg.SweepChunkSize)
 	require.Equal(t, 30*time.Second, cfg.StatementTimeout)
 	require.Equal(t, 60*time.Second, cfg.IdleInTransactionTimeout)
 
@@ -109,6 +109,24 @@ func TestPostgresStore_TxHandleIsPgxTx(t *testing.T) {
 	require.NoError(t, pgTx.QueryRow(b.ctx, "SHOW idle_in_transaction_session_timeout").Scan(&idleTimeout))
 	require.Equal(t, "1min", idleTimeout, "a transaction left idle is ended by PostgreSQL")
 
+	require.NoError(t, tx.Rollback(b.ctx))
+
+	// The same timeouts when the claim is the transaction's first statement
+	// (it sets them itself, in the round trip of the BEGIN).
+	tx, err = b.store.BeginTx(b.ctx, storetest.LockTimeout)
+	require.NoError(t, err)
+	now := time.Now()
+	res, err := tx.Claim(b.ctx, server.ClaimRequest{Scope: server.Scope{Principal: "p", Endpoint: "POST /pay", Key: "timeouts"},
+		Fingerprint: []byte{1}, FingerprintVersion: 1, Now: now, ExpiresAt: now.Add(time.Hour), LockedUntil: now.Add(time.Second)})
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	pgTx = tx.Handle().(pgx.Tx)
+	require.NoError(t, pgTx.QueryRow(b.ctx, "SHOW lock_timeout").Scan(&lockTimeout))
+	require.Equal(t, "200ms", lockTimeout)
+	require.NoError(t, pgTx.QueryRow(b.ctx, "SHOW statement_timeout").Scan(&statementTimeout))
+	require.Equal(t, "30s", statementTimeout)
+	require.NoError(t, pgTx.QueryRow(b.ctx, "SHOW idle_in_transaction_session_timeout").Scan(&idleTimeout))
+	require.Equal(t, "1min", idleTimeout)
 	require.NoError(t, tx.Rollback(b.ctx))
 
 	storetest.RunTxEffectRollsBack(t, b.ctx, b.store, func(ctx context.Context, handle any) error {

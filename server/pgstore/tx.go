@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,10 +32,10 @@ func Tx(ctx context.Context) (pgx.Tx, bool) {
 // the wait for a connection; the caller must end the transaction with Commit
 // or Rollback.
 //
-// Round trips: the BEGIN and the SET LOCALs of the timeouts are sent with
-// the first claim (or the handler's first statement), and the completion
-// with the COMMIT, so that a new key costs two round trips besides the
-// handler's.
+// Round trips: the BEGIN is sent with the first claim, which sets the
+// timeouts itself (or with the handler's first statement and one statement
+// setting them), and the completion with the COMMIT, so that a new key
+// costs two round trips and four statements besides the handler's.
 //
 // Handle returns a pgx.Tx.
 func (s *Store) BeginTx(ctx context.Context, lockTimeout time.Duration) (server.StoreTx, error) {
@@ -48,7 +49,7 @@ func (s *Store) BeginTx(ctx context.Context, lockTimeout time.Duration) (server.
 	if err != nil {
 		return nil, interpretError(err)
 	}
-	t := &pgTx{conn: conn, s: s.s, timeouts: s.timeoutArgs(lockTimeout)}
+	t := &pgTx{conn: conn, s: s.tx, timeouts: s.timeoutArgs(lockTimeout)}
 	t.q = &querier{q: (*beginQuerier)(t)}
 	t.handle = &pgHandleTx{t: t}
 	return t, nil
@@ -80,6 +81,33 @@ func (s *Store) timeoutArgs(lockTimeout time.Duration) []any {
 const pgSetTimeouts = `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true),
     set_config('idle_in_transaction_session_timeout', $3, true)`
 
+// claimSettingTimeouts maps a claim statement to the same claim setting the
+// transaction's timeouts (the arguments of pgSetTimeouts, after the claim's
+// eight) in its first CTE, for the first statement of a transaction: one
+// statement fewer per transaction than pgSetTimeouts and the claim.
+//
+// The CTE c is evaluated before the INSERT can wait on a row lock (the
+// insert's row is made from it; set_config is volatile, so c is never
+// inlined), so lock_timeout bounds that wait. statement_timeout and
+// idle_in_transaction_session_timeout take effect from the next statement
+// on: the claim itself is bounded by lock_timeout and its context.
+var claimSettingTimeouts = map[string]string{
+	pgClaim:       withTimeouts(pgClaim),
+	pgClaimOrRead: withTimeouts(pgClaimOrRead),
+}
+
+// claimNowCTE is how both claim statements begin.
+const claimNowCTE = `WITH c AS (SELECT coalesce($6::timestamptz, clock_timestamp()) AS now)`
+
+func withTimeouts(claim string) string {
+	if !strings.HasPrefix(claim, claimNowCTE) {
+		panic("pgstore: a claim statement does not begin with claimNowCTE")
+	}
+	return `WITH c AS (SELECT coalesce($6::timestamptz, clock_timestamp()) AS now,
+    set_config('lock_timeout', $9, true) AS lock_timeout, set_config('statement_timeout', $10, true) AS statement_timeout,
+    set_config('idle_in_transaction_session_timeout', $11, true) AS idle_timeout)` + claim[len(claimNowCTE):]
+}
+
 // pgTx is the StoreTx of Store. Its connection is its own from
 // BeginTx until Commit or Rollback. The BEGIN is not sent until the first
 // statement: it travels with the claim (or the handler's first statement)
@@ -105,12 +133,28 @@ func (t *pgTx) beginBatch() *pgx.Batch {
 	return b
 }
 
-// sendBatch sends a batch made by beginBatch and reads the results of its
-// BEGIN and timeouts.
-func (t *pgTx) sendBatch(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, error) {
+// beginBatchWith returns a batch that begins the transaction and runs sql
+// with args, and the number of statements sendBatch reads before sql's. A
+// claim sets the timeouts itself (claimSettingTimeouts), saving the
+// statement that would.
+func (t *pgTx) beginBatchWith(sql string, args []any) (*pgx.Batch, int) {
+	if q, ok := claimSettingTimeouts[sql]; ok {
+		b := &pgx.Batch{}
+		b.BeginTx(pgx.TxOptions{})
+		b.Queue(q, append(args, t.timeouts...)...)
+		return b, 1
+	}
+	b := t.beginBatch()
+	b.Queue(sql, args...)
+	return b, 2
+}
+
+// sendBatch sends a batch that begins the transaction and reads the results
+// of its first n statements (the BEGIN and, from beginBatch, the timeouts).
+func (t *pgTx) sendBatch(ctx context.Context, b *pgx.Batch, n int) (pgx.BatchResults, error) {
 	br := t.conn.Conn().SendBatch(ctx, b)
 	t.tx = br.Tx()
-	for range 2 {
+	for range n {
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
 			return nil, err
@@ -127,7 +171,7 @@ func (t *pgTx) begin(ctx context.Context) error {
 	if t.tx != nil {
 		return nil
 	}
-	br, err := t.sendBatch(ctx, t.beginBatch())
+	br, err := t.sendBatch(ctx, t.beginBatch(), 2)
 	if err != nil {
 		return err
 	}
@@ -135,7 +179,10 @@ func (t *pgTx) begin(ctx context.Context) error {
 }
 
 // Claim implements server.StoreTx.Claim. The first claim of the transaction
-// travels with its BEGIN.
+// travels with its BEGIN and sets the transaction's timeouts. It is the
+// upsert alone (the transactional middleware has read the record before):
+// a live record it meets is locked until the transaction ends and read by a
+// second statement.
 func (t *pgTx) Claim(ctx context.Context, req server.ClaimRequest) (server.ClaimResult, error) {
 	if t.conn == nil {
 		return server.ClaimResult{}, interpretError(pgx.ErrTxClosed)
@@ -168,10 +215,9 @@ func (q *beginQuerier) QueryRow(ctx context.Context, sql string, args ...any) pg
 			return t.tx.QueryRow(ctx, sql, args...).Scan(dest...)
 		})
 	}
-	b := t.beginBatch()
-	b.Queue(sql, args...)
+	b, n := t.beginBatchWith(sql, args)
 	return pgRowFunc(func(dest ...any) error {
-		br, err := t.sendBatch(ctx, b)
+		br, err := t.sendBatch(ctx, b, n)
 		if err != nil {
 			return err
 		}

@@ -27,6 +27,11 @@ type Store struct {
 	// SweepChunkSize is the largest number of rows one statement of Sweep
 	// deletes.
 	SweepChunkSize int
+	// SweepPaced makes Sweep pause after each full chunk for as long as the
+	// chunk took, so that a sweep of many rows takes at most half of the
+	// time of one connection and leaves the rest of the database's CPU and
+	// WAL flushes to the claims.
+	SweepPaced bool
 }
 
 // New returns a Store of dialect d whose Sweep deletes chunkSize rows per
@@ -176,6 +181,7 @@ func (s *Store) Sweep(ctx context.Context, q Querier, now time.Time) (int, error
 			return total, err
 		}
 		query, args := s.d.SweepChunk(now, s.SweepChunkSize)
+		start := time.Now()
 		n, err := q.Exec(ctx, query, args...)
 		if err != nil {
 			return total, s.d.InterpretError(err)
@@ -184,6 +190,23 @@ func (s *Store) Sweep(ctx context.Context, q Querier, now time.Time) (int, error
 		if int(n) < s.SweepChunkSize {
 			return total, nil
 		}
+		if s.SweepPaced {
+			if err := pause(ctx, time.Since(start)); err != nil {
+				return total, err
+			}
+		}
+	}
+}
+
+// pause waits for d or until ctx ends, and returns ctx's error if it ended.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
