@@ -256,30 +256,30 @@ func find(ctx context.Context, c *idemkit.Client, ref string) (*idemkit.Intent, 
 	if lerr != nil && !isCorrupt(lerr) {
 		return nil, lerr
 	}
-	var byPrefix, byKey []*idemkit.Intent
+	var byID, byKey []*idemkit.Intent
 	for _, in := range all {
 		if strings.HasPrefix(in.ID, ref) || strings.HasSuffix(in.ID, ref) {
-			byPrefix = append(byPrefix, in)
+			byID = append(byID, in)
 		}
 		if in.Key == ref {
 			byKey = append(byKey, in)
 		}
 	}
 	switch {
-	case len(byKey) == 1 && len(byPrefix) == 0:
+	case len(byKey) == 1 && len(byID) == 0:
 		return byKey[0], nil
-	case len(byPrefix) == 1:
-		return byPrefix[0], nil
-	case len(byPrefix) > 1:
-		ids := make([]string, 0, len(byPrefix))
-		for _, in := range byPrefix {
+	case len(byID) == 1:
+		return byID[0], nil
+	case len(byID) > 1:
+		ids := make([]string, 0, len(byID))
+		for _, in := range byID {
 			ids = append(ids, in.ID)
 		}
 		slices.Sort(ids)
 		if len(ids) > 5 {
 			ids = append(ids[:5], "...")
 		}
-		return nil, usagef("intent id prefix or short id %q is ambiguous: %d intents match (%s); give more characters", ref, len(byPrefix), strings.Join(ids, ", "))
+		return nil, usagef("intent id prefix or short id %q is ambiguous: %d intents match (%s); give more characters", ref, len(byID), strings.Join(ids, ", "))
 	}
 	return nil, fmt.Errorf("no intent with id, id prefix, short id or key %q: %w", ref, idemkit.ErrNotFound)
 }
