@@ -1,6 +1,8 @@
 package idemkit
 
 import (
+	"github.com/google/uuid"
+
 	"bytes"
 	"context"
 	"errors"
@@ -39,6 +41,9 @@ func TestClient_Do(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, StateSucceeded, in.State)
 		require.Equal(t, in.Key, gotKey)
+		id, err := uuid.Parse(in.ID)
+		require.NoError(t, err)
+		require.Equal(t, uuid.Version(7), id.Version(), "the id is a UUIDv7: time-ordered")
 		require.Equal(t, in.ID, in.Key, "a minted key is the intent id")
 		require.Equal(t, `{"amount":40}`, gotBody)
 		require.Equal(t, "application/json", gotCT)

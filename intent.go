@@ -53,13 +53,17 @@ type Request struct {
 	// Body is sent with every attempt; at most 10 MiB.
 	Body []byte
 	// Key is the Idempotency-Key. When empty, an Idempotency-Key header is
-	// used if present, else a random UUID is minted, once.
+	// used if present, else the intent id (a UUIDv7) is minted as the key, once.
 	Key string
 }
 
 // Intent is one user action: one request, one key, driven to an outcome.
 type Intent struct {
-	ID    string
+	// ID names the intent in its queue: a UUIDv7 (time-ordered; older queues
+	// hold UUIDv4 ids, which stay valid). It is also the Key unless the
+	// request brought its own.
+	ID string
+	// Key is the Idempotency-Key sent with every attempt.
 	Key   string
 	State IntentState
 

@@ -398,7 +398,7 @@ func TestQueue_OneDefaultForEveryCommand(t *testing.T) {
 	r = runBin(t, vars, "", "submit", "--url", pay, "--data", usd40)
 	require.Equal(t, exitOK, r.code, r.stderr)
 	id := strings.TrimSpace(r.stdout)
-	r = runBin(t, vars, "", "show", id[:8])
+	r = runBin(t, vars, "", "show", shortID(id))
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "State:       pending")
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,41 +15,54 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestFind_IDPrefix: show and cancel take a unique id prefix (or a key);
-// an ambiguous prefix lists the candidates.
+// TestFind_IDPrefix: show and cancel take the short id (the last 8
+// characters, as the CLI prints it), a unique id prefix, or a key; an
+// ambiguous prefix or suffix lists the candidates.
 func TestFind_IDPrefix(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	queue := filepath.Join(t.TempDir(), "q.db")
 	byFirst := map[byte][]string{}
+	byLast := map[byte][]string{}
 	var ids []string
-	// 17 uuids: two share their first hex digit.
+	// 17 uuids: two share their first hex digit (UUIDv7: all of them, the
+	// time comes first) and two their last.
 	for i := range 17 {
 		code, out, errOut := cli(t, ctx, "", "submit", "--queue", queue, "--url", "http://127.0.0.1:1/x", "--key", "key-"+string(rune('a'+i)))
 		require.Equal(t, 0, code, errOut)
 		id := strings.TrimSpace(out)
 		ids = append(ids, id)
 		byFirst[id[0]] = append(byFirst[id[0]], id)
+		byLast[id[len(id)-1]] = append(byLast[id[len(id)-1]], id)
 	}
-	code, out, errOut := cli(t, ctx, "", "show", "--queue", queue, ids[0][:8])
+	for _, id := range ids {
+		require.Equal(t, 1, strings.Count(strings.Join(ids, " "), shortID(id)), "short id %s is unique", shortID(id))
+	}
+	code, out, errOut := cli(t, ctx, "", "show", "--queue", queue, shortID(ids[0]))
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "ID:          "+ids[0])
+	code, out, errOut = cli(t, ctx, "", "show", "--queue", queue, ids[3][:len(ids[3])-4])
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "ID:          "+ids[3], "a unique prefix finds its intent")
 	code, out, errOut = cli(t, ctx, "", "show", "--queue", queue, "key-b")
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "ID:          "+ids[1], "a key finds its intent")
 
-	for first, same := range byFirst {
-		if len(same) < 2 {
-			continue
+	for _, by := range []map[byte][]string{byFirst, byLast} {
+		for c, same := range by {
+			if len(same) < 2 {
+				continue
+			}
+			code, _, errOut = cli(t, ctx, "", "cancel", "--queue", queue, string(c))
+			require.Equal(t, exitError, code)
+			require.Contains(t, errOut, "is ambiguous")
+			slices.Sort(same)
+			require.Contains(t, errOut, same[0])
+			break
 		}
-		code, _, errOut = cli(t, ctx, "", "cancel", "--queue", queue, string(first))
-		require.Equal(t, exitError, code)
-		require.Contains(t, errOut, "is ambiguous")
-		require.Contains(t, errOut, same[0])
-		break
 	}
 
-	code, out, errOut = cli(t, ctx, "", "cancel", "--queue", queue, ids[2][:8])
+	code, out, errOut = cli(t, ctx, "", "cancel", "--queue", queue, shortID(ids[2]))
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "canceled, attempts=0")
 	code, _, errOut = cli(t, ctx, "", "show", "--queue", queue, "zzzz")

@@ -21,7 +21,8 @@ func newCancelCmd(e *env, g *globals) *cobra.Command {
 		Use:   "cancel ID",
 		Short: "Cancel a pending intent so that it is never sent again",
 		Long: `cancel ends a pending intent as canceled: it is never sent again. An attempt already
-on the wire cannot be recalled. ID is an intent id, a unique prefix of one, or a key.
+on the wire cannot be recalled. ID is an intent id, its short id
+(the last 8 characters), a unique prefix of one, or a key.
 Prints the intent (with --json: one JSON object).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -217,8 +217,11 @@ func resultCode(in *idemkit.Intent) int {
 	return exitOK
 }
 
-// shortID is the first 8 characters of an id, enough for show and cancel.
-func shortID(id string) string { return id[:min(8, len(id))] }
+// shortID is the last 8 characters of an id, enough for show and cancel.
+// Not the first: an id is a UUIDv7 whose first 12 hex characters are its
+// creation time in milliseconds, shared by intents submitted together; its
+// last 16 are random (as are those of the UUIDv4 ids of older queues).
+func shortID(id string) string { return id[max(0, len(id)-8):] }
 
 // listAll lists every intent (damaged rows reported in err, like List).
 func listAll(ctx context.Context, c *idemkit.Client, state idemkit.IntentState) ([]*idemkit.Intent, error) {
@@ -238,8 +241,9 @@ func listAll(ctx context.Context, c *idemkit.Client, state idemkit.IntentState) 
 	return c.List(ctx, &idemkit.ListOptions{State: state, Limit: n})
 }
 
-// find returns the intent whose id is ref or starts with ref, or whose key
-// is ref. An ambiguous prefix is an error listing the candidates.
+// find returns the intent whose id is ref, starts with ref or ends with ref
+// (the short id, see shortID), or whose key is ref. An ambiguous prefix or
+// suffix is an error listing the candidates.
 func find(ctx context.Context, c *idemkit.Client, ref string) (*idemkit.Intent, error) {
 	if ref == "" {
 		return nil, usagef("empty intent id")
@@ -252,30 +256,30 @@ func find(ctx context.Context, c *idemkit.Client, ref string) (*idemkit.Intent, 
 	if lerr != nil && !isCorrupt(lerr) {
 		return nil, lerr
 	}
-	var byPrefix, byKey []*idemkit.Intent
+	var byID, byKey []*idemkit.Intent
 	for _, in := range all {
-		if strings.HasPrefix(in.ID, ref) {
-			byPrefix = append(byPrefix, in)
+		if strings.HasPrefix(in.ID, ref) || strings.HasSuffix(in.ID, ref) {
+			byID = append(byID, in)
 		}
 		if in.Key == ref {
 			byKey = append(byKey, in)
 		}
 	}
 	switch {
-	case len(byKey) == 1 && len(byPrefix) == 0:
+	case len(byKey) == 1 && len(byID) == 0:
 		return byKey[0], nil
-	case len(byPrefix) == 1:
-		return byPrefix[0], nil
-	case len(byPrefix) > 1:
-		ids := make([]string, 0, len(byPrefix))
-		for _, in := range byPrefix {
+	case len(byID) == 1:
+		return byID[0], nil
+	case len(byID) > 1:
+		ids := make([]string, 0, len(byID))
+		for _, in := range byID {
 			ids = append(ids, in.ID)
 		}
 		slices.Sort(ids)
 		if len(ids) > 5 {
 			ids = append(ids[:5], "...")
 		}
-		return nil, usagef("intent id prefix %q is ambiguous: %d intents match (%s); give more characters", ref, len(byPrefix), strings.Join(ids, ", "))
+		return nil, usagef("intent id prefix or short id %q is ambiguous: %d intents match (%s); give more characters", ref, len(byID), strings.Join(ids, ", "))
 	}
-	return nil, fmt.Errorf("no intent with id, id prefix or key %q: %w", ref, idemkit.ErrNotFound)
+	return nil, fmt.Errorf("no intent with id, id prefix, short id or key %q: %w", ref, idemkit.ErrNotFound)
 }

@@ -17,9 +17,9 @@ func newShowCmd(e *env, g *globals) *cobra.Command {
 		Use:   "show ID [--json]",
 		Short: "Show one intent: the request, its attempts and its outcome",
 		Long: `show prints one intent: the request as stored (credential headers never are), every
-attempt with its status or error, and the outcome. ID is an intent id, a unique prefix of
-one (8 characters are usually enough), or a key. With --json: one object, the ls fields plus
-header, body, outcome and attempt_log.`,
+attempt with its status or error, and the outcome. ID is an intent id, its short id
+(the last 8 characters, as run and retry print it), a unique prefix of one, or a key.
+With --json: one object, the ls fields plus header, body, outcome and attempt_log.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, _, err := g.openExisting(cmd.Context(), e)

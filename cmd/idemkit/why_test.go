@@ -182,7 +182,7 @@ func TestErrors_InWords(t *testing.T) {
 	require.Equal(t, `idemkit: --state "done": want one of pending, succeeded, failed, expired, canceled`+"\n", r.stderr)
 	r = runBin(t, vars, "", "show", "nope")
 	require.Equal(t, exitError, r.code)
-	require.Contains(t, r.stderr, `no intent with id, id prefix or key "nope"`)
+	require.Contains(t, r.stderr, `no intent with id, id prefix, short id or key "nope"`)
 	start := time.Now()
 	r = runBin(t, vars, "", "do", "--url", api.URL+"/v1/payments", "--data", usd40, "--timeout", "0.5s")
 	require.Less(t, time.Since(start), 30*time.Second)
