@@ -372,7 +372,11 @@ func TestGroupCommit_CallersComingBackShareOneFsync(t *testing.T) {
 	batches := b.c.q.batches.Load() - before
 	perFsync := float64(callers*each) / float64(batches)
 	t.Logf("%d intents in %d batches: %.1f per fsync", callers*each, batches, perFsync)
-	require.Greater(t, perFsync, 0.6*callers, "the committer did not wait for the callers of its previous batch")
+	// Scheduling on a loaded 2-core machine decides how many callers are back
+	// within the gather bound (9 to 15 of 16 seen); TestGroupCommit_GathersTheMissingCallersOnly
+	// checks the waiting rule itself, deterministically. This bound only
+	// catches batches collapsing towards one fsync per intent.
+	require.Greater(t, perFsync, 0.25*callers, "the committer did not wait for the callers of its previous batch")
 	counts, err := b.c.Counts(ctx)
 	require.NoError(t, err)
 	require.Equal(t, callers*each, counts[StatePending])
