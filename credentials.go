@@ -61,9 +61,9 @@ func headerMatches(list []string, cn string) bool {
 // validHeaderPattern: a header name, or "*" followed by "-" and a name.
 func validHeaderPattern(n string) bool {
 	if s, ok := strings.CutPrefix(n, "*"); ok {
-		return strings.HasPrefix(s, "-") && validToken(s)
+		return strings.HasPrefix(s, "-") && wire.ValidToken(s)
 	}
-	return validToken(n)
+	return wire.ValidToken(n)
 }
 
 // memoryOnly reports whether request header cn is kept out of the queue.

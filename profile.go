@@ -184,7 +184,7 @@ func (p Profile) withDefaults() Profile {
 }
 
 func (p *Profile) validate(where string) error {
-	if !validToken(p.KeyHeader) {
+	if !wire.ValidToken(p.KeyHeader) {
 		return fmt.Errorf("idemkit: %s: KeyHeader %q is not a header name", where, p.KeyHeader)
 	}
 	if p.KeyMaxLen > wire.MaxKeyBytes {
@@ -194,7 +194,7 @@ func (p *Profile) validate(where string) error {
 		return fmt.Errorf("idemkit: %s: Window must be 0 or at least 1s, got %v", where, p.Window)
 	}
 	for _, h := range p.ReplayHeaders {
-		if !validToken(h) {
+		if !wire.ValidToken(h) {
 			return fmt.Errorf("idemkit: %s: ReplayHeaders: %q is not a header name", where, h)
 		}
 	}

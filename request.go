@@ -68,7 +68,7 @@ func prepare(req *Request, cfg *Config, prof *Profile) (*prepared, error) {
 	if method == "" {
 		method = http.MethodPost
 	}
-	if !validToken(method) {
+	if !wire.ValidToken(method) {
 		return nil, invalidf("method %q is not a valid HTTP token", method)
 	}
 	u, err := url.Parse(req.URL)
@@ -103,7 +103,7 @@ func prepare(req *Request, cfg *Config, prof *Profile) (*prepared, error) {
 		p.body = []byte{}
 	}
 	for name, values := range req.Header {
-		if !validToken(name) {
+		if !wire.ValidToken(name) {
 			return nil, invalidf("header name %q is not a valid HTTP token", name)
 		}
 		// The stored codec refuses what no HTTP client may send.
@@ -147,23 +147,6 @@ func validateKey(k string) error {
 		return invalidf("%v", err)
 	}
 	return nil
-}
-
-// validToken reports whether s is an RFC 9110 token.
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // redact removes user info and the query from a URL for logs and errors.

@@ -80,7 +80,7 @@ func decodeIntent(r *row) (*Intent, error) {
 	if err := validateKey(r.key); err != nil {
 		return nil, bad("key", err)
 	}
-	if !validToken(r.method) {
+	if !wire.ValidToken(r.method) {
 		return nil, bad("method", nil)
 	}
 	if r.attempts < 0 || r.attempts > 1<<31 {

@@ -31,7 +31,7 @@ func FuzzDecodeIntent(f *testing.F) {
 		}
 		// What decodes is usable: valid state, key, method and headers that
 		// round-trip through the stored encoding.
-		if !in.State.valid() || validateKey(in.Key) != nil || !validToken(in.Method) {
+		if !in.State.valid() || validateKey(in.Key) != nil || !wire.ValidToken(in.Method) {
 			t.Fatalf("decoded an invalid intent: %+v", in)
 		}
 		again, err := wire.DecodeHeader(wire.EncodeHeader(in.Header))

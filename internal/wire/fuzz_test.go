@@ -127,7 +127,7 @@ func FuzzDecodeHeader(f *testing.F) {
 		} else if !errors.Is(err, ErrHeaderCodec) {
 			t.Fatalf("DecodeHeader(%q): error %v does not match ErrHeaderCodec", raw, err)
 		}
-		if !validToken(name) || !validHeaderValue(v1) || !validHeaderValue(v2) {
+		if !ValidToken(name) || !validHeaderValue(v1) || !validHeaderValue(v2) {
 			return
 		}
 		cn := http.CanonicalHeaderKey(name)

@@ -111,7 +111,7 @@ func decodeHeader(b []byte) (http.Header, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !validToken(k) {
+		if !ValidToken(k) {
 			return nil, fmt.Errorf("header name %q", k)
 		}
 		nv, err := next()
@@ -148,7 +148,7 @@ func decodeHeaderJSON(b []byte) (http.Header, error) {
 		return nil, err
 	}
 	for k, v := range m {
-		if !validToken(k) {
+		if !ValidToken(k) {
 			return nil, fmt.Errorf("header name %q", k)
 		}
 		for _, s := range v {
@@ -173,8 +173,9 @@ func validHeaderValue(v string) bool {
 	return true
 }
 
-// validToken reports whether s is an RFC 9110 token.
-func validToken(s string) bool {
+// ValidToken reports whether s is an RFC 9110 token (a method or a header
+// field name).
+func ValidToken(s string) bool {
 	if s == "" {
 		return false
 	}
