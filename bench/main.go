@@ -30,6 +30,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -53,6 +54,8 @@ type config struct {
 	SweepCalls  int           // concurrent claimers during the sweep cells
 	Dir         string        // where the client section's SQLite files go
 	ReplayPool  int           // completed keys kept per mode for the replay cells
+	Modes       []string      // server modes to run besides the baseline; nil: all
+	NewKeysOnly bool          // the server section runs no replay cells
 	sweepMaxDur time.Duration // bound of the during-sweep cell
 
 	// Test hooks: extra server modes and the enqueuers to measure (nil:
@@ -88,10 +91,14 @@ func (c config) cell() bounds { return bounds{d: c.Duration, minOps: c.MinOps, m
 // (TestFullRun), so that the full run and go run take the same flags.
 var flags = bindFlags(flag.CommandLine)
 
+// cpuProfile is the command's own flag (go test has -cpuprofile).
+var cpuProfile = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (the command only)")
+
 type cmdFlags struct {
 	cfg      config
 	clients  string
 	sections string
+	modes    string
 	full     bool
 }
 
@@ -108,6 +115,8 @@ func bindFlags(fs *flag.FlagSet) *cmdFlags {
 	fs.IntVar(&f.cfg.SweepRows, "sweep-rows", 1_000_000, "expired rows the sweep deletes in the sweeper section")
 	fs.IntVar(&f.cfg.SweepCalls, "sweep-clients", 8, "concurrent claimers in the sweeper section")
 	fs.StringVar(&f.cfg.Dir, "dir", os.TempDir(), "directory for the client section's SQLite files (use a real disk, not tmpfs)")
+	fs.StringVar(&f.modes, "modes", "", "comma-separated server modes to run besides the baseline (handwritten); empty: all")
+	fs.BoolVar(&f.cfg.NewKeysOnly, "new-keys-only", false, "the server section runs only the new-key cells")
 	fs.BoolVar(&f.full, "full", false, "with go test: run TestFullRun (ignored by the command)")
 	return f
 }
@@ -122,6 +131,11 @@ func (f *cmdFlags) config() (config, error) {
 			return cfg, fmt.Errorf("-clients: %q is not a positive number", s)
 		}
 		cfg.Clients = append(cfg.Clients, n)
+	}
+	for _, s := range strings.Split(f.modes, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			cfg.Modes = append(cfg.Modes, s)
+		}
 	}
 	for _, s := range strings.Split(f.sections, ",") {
 		switch strings.TrimSpace(s) {
@@ -151,6 +165,17 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -cpuprofile:", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if _, err := run(ctx, cfg, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)

@@ -139,6 +139,9 @@ func newPgEnv(ctx context.Context, cfg config) (env *pgEnv, err error) {
 	if cfg.extraModes != nil {
 		env.modes = append(env.modes, cfg.extraModes(env)...)
 	}
+	if env.modes, err = selectModes(env.modes, cfg.Modes); err != nil {
+		return nil, err
+	}
 	mux := http.NewServeMux()
 	for _, m := range env.modes {
 		mux.Handle("POST /"+m.name, m.handler)
@@ -159,6 +162,26 @@ func newPgEnv(ctx context.Context, cfg config) (env *pgEnv, err error) {
 	env.hc = &http.Client{Transport: tr, Timeout: time.Minute}
 	closers = append(closers, tr.CloseIdleConnections)
 	return env, nil
+}
+
+// selectModes keeps the baseline and the modes named (all when names is
+// empty), failing on a name that is no mode.
+func selectModes(modes []serverMode, names []string) ([]serverMode, error) {
+	if len(names) == 0 {
+		return modes, nil
+	}
+	var kept []serverMode
+	for _, m := range modes {
+		if m.name == baselineMode || slices.Contains(names, m.name) {
+			kept = append(kept, m)
+		}
+	}
+	for _, n := range names {
+		if !slices.ContainsFunc(kept, func(m serverMode) bool { return m.name == n }) {
+			return nil, fmt.Errorf("-modes: unknown server mode %q", n)
+		}
+	}
+	return kept, nil
 }
 
 const insertPayment = `INSERT INTO bench_payments (id, mode, cell, idem_key, account, amount) VALUES ($1, $2, $3, $4, $5, $6)`
@@ -431,7 +454,7 @@ func runServer(ctx context.Context, cfg config, env *pgEnv, rep *report, progres
 		for _, clients := range cfg.Clients {
 			for _, scenario := range []string{scenarioNewKey, scenarioReplay} {
 				for pos, m := range order {
-					if scenario == scenarioReplay && !m.replays {
+					if scenario == scenarioReplay && (!m.replays || cfg.NewKeysOnly) {
 						continue
 					}
 					if err := ctx.Err(); err != nil {

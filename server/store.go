@@ -164,7 +164,9 @@ type StoreTx interface {
 	// returns its error, ErrLeaseLost included, having rolled back.
 	Complete(ctx context.Context, s Scope, token int64, now time.Time, resp *StoredResponse) error
 	Commit(ctx context.Context) error
-	// Rollback aborts the transaction. It is safe to call after Commit.
+	// Rollback aborts the transaction. It is safe to call after Commit. A
+	// canceled ctx must not stop it: the store bounds it itself (by ctx's
+	// deadline, if any, or a timeout of its own).
 	Rollback(ctx context.Context) error
 	// Handle is the driver transaction the handler writes its effect on: a
 	// pgx.Tx for pgstore.Store, a *sql.Tx for sqlitestore.Store; handlers

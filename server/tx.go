@@ -17,44 +17,61 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 	// Fast path for replays: a completed record never changes until it
 	// expires, so a plain read answers a duplicate without a transaction (and,
 	// on SQLite, without waiting for the single writer). Absence proves
-	// nothing here; only the claim below decides who runs the handler.
-	getCtx, cancelGet := context.WithTimeout(ctx, m.cfg.StoreTimeout)
-	existing, err := m.store.Get(getCtx, scope, m.now())
-	cancelGet()
-	if err == nil && existing.State == StateCompleted {
-		m.answerExisting(w, r, existing, fp, version, ev)
+	// nothing here; only the claim below decides who runs the handler. A
+	// store whose transactional claim reads first (pgstore) makes this read
+	// on the transaction's connection instead.
+	if rf, ok := m.store.(txClaimReader); !ok || !rf.TxClaimReadsFirst() {
+		getCtx, cancelGet := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+		existing, err := m.store.Get(getCtx, scope, m.now())
+		cancelGet()
+		if err == nil && existing.State == StateCompleted {
+			m.answerExisting(w, r, existing, fp, version, ev)
+			return
+		}
+	}
+	// BeginTx and the claim share one StoreTimeout: between them they wait
+	// for a connection and, bounded by LockTimeout, for a concurrent claim
+	// of the scope.
+	callCtx, cancelCall := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+	tx, err := m.store.BeginTx(callCtx, m.cfg.LockTimeout)
+	if err != nil {
+		cancelCall()
+		m.storeFailure(w, r, ev, "begin", err)
 		return
 	}
-	beginCtx, cancelBegin := context.WithTimeout(ctx, m.cfg.StoreTimeout)
-	tx, err := m.store.BeginTx(beginCtx, m.cfg.LockTimeout)
-	cancelBegin()
-	if err != nil {
-		m.storeFailure(w, r, ev, "begin", err)
+	req := m.claimRequest(scope, fp, version, m.cfg.LockTimeout)
+	t0 := time.Now()
+	res, err := tx.Claim(callCtx, req)
+	cancelCall()
+	ev.ClaimDuration = time.Since(t0)
+	if err != nil || !res.Acquired {
+		// Nothing of this request's is in the transaction (on pgstore, a
+		// replay has not even begun one).
+		if rerr := tx.Rollback(ctx); rerr != nil {
+			m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemkit: rollback failed; the database ends the transaction when the connection closes",
+				scopeAttrs(scope, slog.Any("error", rerr))...)
+		}
+		if err != nil {
+			m.storeFailure(w, r, ev, "claim", err)
+			return
+		}
+		m.answerExisting(w, r, res.Existing, fp, version, ev)
 		return
 	}
 	cleanup := context.WithoutCancel(ctx)
 	t := &txClaim{m: m, ctx: cleanup, tx: tx, ev: ev}
 	defer t.end() // a no-op after Commit or Rollback
-	req := m.claimRequest(scope, fp, version, m.cfg.LockTimeout)
-	t0 := time.Now()
-	claimCtx, cancelClaim := context.WithTimeout(ctx, m.cfg.StoreTimeout)
-	res, err := tx.Claim(claimCtx, req)
-	cancelClaim()
-	ev.ClaimDuration = time.Since(t0)
-	if err != nil {
-		t.end()
-		m.storeFailure(w, r, ev, "claim", err)
-		return
-	}
-	if !res.Acquired {
-		t.end()
-		m.answerExisting(w, r, res.Existing, fp, version, ev)
-		return
-	}
 	m.acquired(ev, res)
 	t.token = res.Token
 	hctx := context.WithValue(context.WithValue(ctx, ctxKeyTx, tx.Handle()), ctxKeyAttempt, attemptOf(res))
 	m.runHeld(w, r.WithContext(hctx), ctx, cleanup, next, t, ev)
+}
+
+// txClaimReader is a Store whose StoreTx.Claim, first in its transaction,
+// reads the record before it begins the transaction and answers a completed
+// one without a lock, as the middleware's own read before BeginTx would.
+type txClaimReader interface {
+	TxClaimReadsFirst() bool
 }
 
 // commitUnknown answers a transactional request whose COMMIT was sent but

@@ -179,9 +179,10 @@ func (c *pgRoundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.T
 func (*pgRoundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 func (*pgRoundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
-// A transactional-mode new key costs the store two round trips: BEGIN, its
-// timeouts and the claim in one, the completion and the COMMIT in the other.
-func TestPostgresTx_NewKeyCostsTwoRoundTrips(t *testing.T) {
+// A transactional-mode new key costs the store three round trips on one
+// connection: the read of the record; BEGIN, its timeouts and the claim;
+// the completion and the COMMIT.
+func TestPostgresTx_NewKeyCostsThreeRoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store, trips := tracedPostgresStore(t)
@@ -200,7 +201,31 @@ func TestPostgresTx_NewKeyCostsTwoRoundTrips(t *testing.T) {
 		return trips.n.Load() - before
 	}
 	newKey("warm-up")
-	require.EqualValues(t, 2, newKey("counted"))
+	require.EqualValues(t, 3, newKey("counted"))
+}
+
+// A transactional-mode replay costs one round trip, the read, on the
+// transaction's connection: nothing was begun, so nothing is rolled back.
+func TestPostgresTx_ReplayCostsOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, trips := tracedPostgresStore(t)
+	require.True(t, store.TxClaimReadsFirst())
+	req := payClaim("replayed", []byte("fp"), time.Now(), time.Minute, time.Hour)
+	res, err := store.Claim(ctx, req)
+	require.NoError(t, err)
+	require.NoError(t, store.Complete(ctx, req.Scope, res.Token, req.Now, &server.StoredResponse{Status: 201, Body: []byte("ok")}))
+
+	before := trips.n.Load()
+	tx, err := store.BeginTx(ctx, 0)
+	require.NoError(t, err)
+	again, err := tx.Claim(ctx, req)
+	require.NoError(t, err)
+	require.False(t, again.Acquired)
+	require.NotNil(t, again.Existing)
+	require.Equal(t, []byte("ok"), again.Existing.Response.Body)
+	require.NoError(t, tx.Rollback(ctx))
+	require.EqualValues(t, 1, trips.n.Load()-before)
 }
 
 // A lease-mode replay costs one round trip: the claim statement reads the

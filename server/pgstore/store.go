@@ -131,6 +131,12 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 // txDialect is the dialect without its ClaimReader capability.
 type txDialect struct{ sqlstore.Dialect }
 
+// TxClaimReadsFirst reports that the first Claim of a transaction from
+// BeginTx reads the record on the transaction's connection before it begins
+// the transaction, so that the transactional middleware answers a replay
+// from that read instead of taking a second connection for one of its own.
+func (s *Store) TxClaimReadsFirst() bool { return true }
+
 // Pool returns the pool the store uses.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 

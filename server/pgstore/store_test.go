@@ -59,7 +59,7 @@ func TestPostgresStore_MigrateTwiceAndConcurrently(t *testing.T) {
 	}, func(ctx context.Context) (count, version int, err error) {
 		err = pool.QueryRow(ctx, "SELECT count(*), max(version) FROM idempotency_migrations").Scan(&count, &version)
 		return count, version, err
-	}, 2)
+	}, 3)
 
 	var indexes int
 	require.NoError(t, pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_indexes

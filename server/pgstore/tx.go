@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,9 +48,9 @@ func (s *Store) BeginTx(ctx context.Context, lockTimeout time.Duration) (server.
 	if err != nil {
 		return nil, interpretError(err)
 	}
-	t := &pgTx{conn: conn, s: s.tx, timeouts: s.timeoutArgs(lockTimeout)}
-	t.q = &querier{q: (*beginQuerier)(t)}
-	t.handle = &pgHandleTx{t: t}
+	t := &pgTx{conn: conn, st: s, s: s.tx, timeouts: s.timeoutArgs(lockTimeout)}
+	t.qv.q, t.connQ.q, t.hv.t = (*beginQuerier)(t), conn, t
+	t.q, t.handle = &t.qv, &t.hv
 	return t, nil
 }
 
@@ -81,47 +80,30 @@ func (s *Store) timeoutArgs(lockTimeout time.Duration) []any {
 const pgSetTimeouts = `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true),
     set_config('idle_in_transaction_session_timeout', $3, true)`
 
-// claimSettingTimeouts maps a claim statement to the same claim setting the
-// transaction's timeouts (the arguments of pgSetTimeouts, after the claim's
-// eight) in its first CTE, for the first statement of a transaction: one
-// statement fewer per transaction than pgSetTimeouts and the claim.
-//
-// The CTE c is evaluated before the INSERT can wait on a row lock (the
-// insert's row is made from it; set_config is volatile, so c is never
-// inlined), so lock_timeout bounds that wait. statement_timeout and
-// idle_in_transaction_session_timeout take effect from the next statement
-// on: the claim itself is bounded by lock_timeout and its context.
-var claimSettingTimeouts = map[string]string{
-	pgClaim:       withTimeouts(pgClaim),
-	pgClaimOrRead: withTimeouts(pgClaimOrRead),
-}
-
-// claimNowCTE is how both claim statements begin.
-const claimNowCTE = `WITH c AS (SELECT coalesce($6::timestamptz, clock_timestamp()) AS now)`
-
-func withTimeouts(claim string) string {
-	if !strings.HasPrefix(claim, claimNowCTE) {
-		panic("pgstore: a claim statement does not begin with claimNowCTE")
-	}
-	return `WITH c AS (SELECT coalesce($6::timestamptz, clock_timestamp()) AS now,
-    set_config('lock_timeout', $9, true) AS lock_timeout, set_config('statement_timeout', $10, true) AS statement_timeout,
-    set_config('idle_in_transaction_session_timeout', $11, true) AS idle_timeout)` + claim[len(claimNowCTE):]
-}
-
 // pgTx is the StoreTx of Store. Its connection is its own from
 // BeginTx until Commit or Rollback. The BEGIN is not sent until the first
 // statement: it travels with the claim (or the handler's first statement)
 // in one round trip.
 type pgTx struct {
-	conn     *pgxpool.Conn // nil once the transaction ended
-	tx       pgx.Tx        // nil until the BEGIN was sent
-	handle   *pgHandleTx
-	s        *sqlstore.Store
-	q        *querier // (*beginQuerier)(t)
-	timeouts []any    // the arguments of pgSetTimeouts
-	// complete holds the arguments of the completion UPDATE, which Commit
-	// sends with the COMMIT in one round trip.
-	complete []any
+	conn   *pgxpool.Conn // nil once the transaction ended
+	tx     pgx.Tx        // nil until the BEGIN was sent
+	handle *pgHandleTx
+	st     *Store
+	s      *sqlstore.Store // st.tx
+	q      *querier        // &qv
+	// qv, connQ and hv are allocated with the pgTx: the querier of the
+	// transaction ((*beginQuerier)(t)), the querier of its connection
+	// outside it, and the handle.
+	qv, connQ querier
+	hv        pgHandleTx
+	timeouts  []any // the arguments of pgSetTimeouts
+	// expiresAt is the end of the window of the claim this transaction
+	// acquired, as the caller's clock reckons it (zero before).
+	expiresAt time.Time
+	// completeSQL and complete are the completion, which Commit sends with
+	// the COMMIT in one round trip.
+	completeSQL string
+	complete    []any
 }
 
 // beginBatch returns a batch that begins the transaction and sets its
@@ -131,22 +113,6 @@ func (t *pgTx) beginBatch() *pgx.Batch {
 	b.BeginTx(pgx.TxOptions{})
 	b.Queue(pgSetTimeouts, t.timeouts...)
 	return b
-}
-
-// beginBatchWith returns a batch that begins the transaction and runs sql
-// with args, and the number of statements sendBatch reads before sql's. A
-// claim sets the timeouts itself (claimSettingTimeouts), saving the
-// statement that would.
-func (t *pgTx) beginBatchWith(sql string, args []any) (*pgx.Batch, int) {
-	if q, ok := claimSettingTimeouts[sql]; ok {
-		b := &pgx.Batch{}
-		b.BeginTx(pgx.TxOptions{})
-		b.Queue(q, append(args, t.timeouts...)...)
-		return b, 1
-	}
-	b := t.beginBatch()
-	b.Queue(sql, args...)
-	return b, 2
 }
 
 // sendBatch sends a batch that begins the transaction and reads the results
@@ -179,15 +145,25 @@ func (t *pgTx) begin(ctx context.Context) error {
 }
 
 // Claim implements server.StoreTx.Claim. The first claim of the transaction
-// travels with its BEGIN and sets the transaction's timeouts. It is the
-// upsert alone (the transactional middleware has read the record before):
-// a live record it meets is locked until the transaction ends and read by a
-// second statement.
+// travels with its BEGIN and its timeouts in one round trip, as the insert
+// of a fresh claim alone (the transactional middleware has read the record
+// before): a row it meets is decided by the upsert, which locks it until
+// the transaction ends, and read by a second statement.
 func (t *pgTx) Claim(ctx context.Context, req server.ClaimRequest) (server.ClaimResult, error) {
 	if t.conn == nil {
 		return server.ClaimResult{}, interpretError(pgx.ErrTxClosed)
 	}
-	return t.s.Claim(ctx, t.q, req)
+	if err := sqlstore.ValidateClaimRequest(req); err != nil {
+		return server.ClaimResult{}, err
+	}
+	res, decided, err := t.claimFresh(ctx, req)
+	if !decided {
+		res, err = t.s.Claim(ctx, t.q, req)
+	}
+	if err == nil && res.Acquired {
+		t.expiresAt = req.ExpiresAt
+	}
+	return res, err
 }
 
 // beginQuerier is the pgTx whose first QueryRow is sent in one batch with
@@ -215,9 +191,10 @@ func (q *beginQuerier) QueryRow(ctx context.Context, sql string, args ...any) pg
 			return t.tx.QueryRow(ctx, sql, args...).Scan(dest...)
 		})
 	}
-	b, n := t.beginBatchWith(sql, args)
+	b := t.beginBatch()
+	b.Queue(sql, args...)
 	return pgRowFunc(func(dest ...any) error {
-		br, err := t.sendBatch(ctx, b, n)
+		br, err := t.sendBatch(ctx, b, 2)
 		if err != nil {
 			return err
 		}
@@ -237,14 +214,47 @@ func (f pgRowFunc) Scan(dest ...any) error { return f(dest...) }
 // Complete implements server.StoreTx.Complete. It checks resp and queues the
 // completion; Commit sends it with the COMMIT, in one round trip, and
 // returns server.ErrLeaseLost (having rolled back) if it matches no claim.
+//
+// The completion of the claim this transaction acquired, while its window
+// has more than heldCompletionMargin left, is a plain UPDATE
+// (pgCompleteHeld): the transaction holds the row's lock since its claim,
+// so token and state cannot have changed and the window cannot end before
+// the UPDATE runs. Any other completion is pgCompleteInTx, which aborts the
+// transaction when it matches no row.
 func (t *pgTx) Complete(_ context.Context, sc server.Scope, token int64, now time.Time, resp *server.StoredResponse) error {
 	_, args, err := t.s.CompleteStatement(sc, token, now, resp)
 	if err != nil {
 		return err
 	}
-	t.complete = args
+	t.completeSQL, t.complete = pgCompleteInTx, args
+	if !t.expiresAt.IsZero() && now.Add(heldCompletionMargin).Before(t.expiresAt) {
+		t.completeSQL = pgCompleteHeld
+	}
 	return nil
 }
+
+// heldCompletionMargin is how much of its window a claim must have left for
+// its completion to be pgCompleteHeld: far more than the time between the
+// caller's now and the UPDATE running (bounded by the Commit's context).
+const heldCompletionMargin = 10 * time.Minute
+
+// pgCompleteHeld is pgComplete without the expiry condition, for a claim
+// whose row the transaction holds locked and whose window is far from its
+// end. It always matches the row; if it did not (a handler changed the row
+// on its transaction), the COMMIT behind it commits the effect without a
+// stored response, and Commit reports that.
+const pgCompleteHeld = `UPDATE idempotency_keys SET
+    state = 'completed',
+    locked_until = NULL,
+    response_status = $1,
+    response_headers = $2,
+    response_body = $3,
+    response_body_omitted = $4,
+    completed_at = coalesce($5::timestamptz, clock_timestamp())
+WHERE principal = $6 AND endpoint = $7 AND key = $8 AND token = $9 AND state = 'in_progress'`
+
+// errHeldCompletionMissed reports a pgCompleteHeld that matched no row.
+var errHeldCompletionMissed = errors.New("idemkit/server/pgstore: the completion matched no row although the transaction holds its claim (did the handler change the idempotency_keys row?); the COMMIT behind it may have committed the effect without a stored response")
 
 // pgCompleteInTx is pgComplete failing with division_by_zero (22012) when it
 // matches no row, so that the COMMIT sent behind it in the same round trip
@@ -280,14 +290,21 @@ func (t *pgTx) Commit(ctx context.Context) error {
 	} else {
 		b = &pgx.Batch{}
 	}
-	b.Queue(pgCompleteInTx, t.complete...)
+	b.Queue(t.completeSQL, t.complete...)
 	b.Queue("COMMIT")
 	br := t.conn.Conn().SendBatch(ctx, b)
-	var err error
+	var (
+		err    error
+		tag    pgconn.CommandTag
+		missed bool
+	)
 	for range len(b.QueuedQueries) - 1 {
-		if _, err = br.Exec(); err != nil {
+		if tag, err = br.Exec(); err != nil {
 			break
 		}
+	}
+	if err == nil && t.completeSQL == pgCompleteHeld && tag.RowsAffected() != 1 {
+		missed = true
 	}
 	if err != nil {
 		_ = br.Close()
@@ -297,7 +314,7 @@ func (t *pgTx) Commit(ctx context.Context) error {
 		}
 		return pgCommitError(err)
 	}
-	tag, err := br.Exec()
+	tag, err = br.Exec()
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
@@ -306,6 +323,9 @@ func (t *pgTx) Commit(ctx context.Context) error {
 	}
 	if err != nil {
 		return pgCommitError(err)
+	}
+	if missed {
+		return sqlstore.WrapError(server.ErrOutcomeUnknown, "", errHeldCompletionMissed)
 	}
 	return nil
 }
@@ -331,7 +351,7 @@ func pgCommitError(err error) error {
 func (t *pgTx) end() {
 	t.conn.Release()
 	t.conn = nil
-	t.complete = nil
+	t.complete, t.completeSQL = nil, ""
 }
 
 // Rollback implements server.StoreTx.Rollback. It is a no-op after Commit or
