@@ -241,6 +241,10 @@ func TestFlags_DescribeTheRun(t *testing.T) {
 			require.Equal(t, 10*time.Second, c.Duration)
 			require.Equal(t, 1_000_000, c.SweepRows)
 		}},
+		{args: []string{"-modes", "lease, transactional", "-new-keys-only"}, check: func(t *testing.T, c config) {
+			require.Equal(t, []string{"lease", "transactional"}, c.Modes)
+			require.True(t, c.NewKeysOnly)
+		}},
 		{args: []string{"-clients", "2, 4", "-sections", "client"}, check: func(t *testing.T, c config) {
 			require.Equal(t, []int{2, 4}, c.Clients)
 			require.True(t, c.Client)
@@ -263,6 +267,21 @@ func TestFlags_DescribeTheRun(t *testing.T) {
 		require.NoError(t, err, "%q", tt.args)
 		tt.check(t, c)
 	}
+}
+
+// -modes keeps the baseline whatever it names, and refuses a mode that
+// does not exist rather than run a comparison without it.
+func TestSelectModes_KeepsTheBaseline(t *testing.T) {
+	t.Parallel()
+	modes := []serverMode{{name: baselineMode}, {name: "transactional"}, {name: "lease"}}
+	all, err := selectModes(modes, nil)
+	require.NoError(t, err)
+	require.Len(t, all, 3)
+	kept, err := selectModes(modes, []string{"lease"})
+	require.NoError(t, err)
+	require.Equal(t, []string{baselineMode, "lease"}, []string{kept[0].name, kept[1].name})
+	_, err = selectModes(modes, []string{"lease", "leese"})
+	require.ErrorContains(t, err, `unknown server mode "leese"`)
 }
 
 // TestFullRun is the full-length run with goqite (a test-only dependency),

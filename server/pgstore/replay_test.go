@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -263,4 +265,106 @@ func tracedPostgresStore(t *testing.T) (*Store, *pgRoundTrips) {
 	require.NoError(t, err)
 	require.NoError(t, store.Migrate(context.Background()))
 	return store, trips
+}
+
+// The completion of a claim the transaction holds, far from the end of its
+// window, is a plain UPDATE sent with the COMMIT. The row lock makes it
+// match; a handler that changed the row on the transaction breaks that, and
+// then the COMMIT behind it has committed the effect without a stored
+// response: Commit must not report that as "nothing was applied".
+func TestPostgresTx_HeldCompletionThatMatchesNothingIsNotReportedAsRollback(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := migratedPostgresStore(t)
+	now := time.Now()
+	req := payClaim("tampered", []byte("fp"), now, time.Second, time.Hour)
+	tx, err := store.BeginTx(ctx, 0)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	res, err := tx.Claim(ctx, req)
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	_, err = tx.Handle().(pgx.Tx).Exec(ctx, "DELETE FROM idempotency_keys WHERE key = $1", req.Scope.Key)
+	require.NoError(t, err)
+	require.NoError(t, tx.Complete(ctx, req.Scope, res.Token, now, &server.StoredResponse{Status: 201}))
+	err = tx.Commit(ctx)
+	require.ErrorIs(t, err, server.ErrOutcomeUnknown)
+	require.ErrorIs(t, err, errHeldCompletionMissed)
+}
+
+// A held completion far from the end of its window stores the response
+// like the guarded one.
+func TestPostgresTx_HeldCompletionStoresTheResponse(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := migratedPostgresStore(t)
+	now := time.Now()
+	req := payClaim("held", []byte("fp"), now, time.Second, time.Hour)
+	tx, err := store.BeginTx(ctx, 0)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	res, err := tx.Claim(ctx, req)
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	require.NoError(t, tx.Complete(ctx, req.Scope, res.Token, now, &server.StoredResponse{Status: 201, Body: []byte("ok")}))
+	require.Equal(t, pgCompleteHeld, tx.(*pgTx).completeSQL)
+	require.NoError(t, tx.Commit(ctx))
+	rec, err := store.Get(ctx, req.Scope, now)
+	require.NoError(t, err)
+	require.Equal(t, server.StateCompleted, rec.State)
+	require.Equal(t, []byte("ok"), rec.Response.Body)
+}
+
+// A transactional-mode request takes one connection from the pool, new key
+// or replay: the read that answers a replay runs on the connection the
+// transaction will use, not on one of its own.
+func TestTransactionalMiddleware_TakesOneConnectionPerRequest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testpg.SchemaDSN(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 2
+	var acquired atomic.Int64
+	cfg.PrepareConn = func(context.Context, *pgx.Conn) (bool, error) {
+		acquired.Add(1)
+		return true, nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	store, err := New(pool, nil)
+	require.NoError(t, err)
+	require.NoError(t, store.Migrate(ctx))
+	_, err = pool.Exec(ctx, "CREATE TABLE effects (key text PRIMARY KEY)")
+	require.NoError(t, err)
+
+	mw, err := server.New(store, &server.Config{Mode: server.ModeTransactional,
+		PrincipalFunc: func(*http.Request) (string, error) { return "acct", nil }})
+	require.NoError(t, err)
+	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, ok := Tx(r.Context())
+		require.True(t, ok)
+		if _, err := tx.Exec(r.Context(), "INSERT INTO effects VALUES ($1)", r.Header.Get(server.HeaderKey)); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	}))
+	send := func() (*httptest.ResponseRecorder, int64) {
+		before := acquired.Load()
+		req := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader(`{"amount":1}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(server.HeaderKey, "0b9c3c4e-6f3e-4a8e-9d57-3f1d2c7a9e10")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec, acquired.Load() - before
+	}
+	first, n := send()
+	require.Equal(t, http.StatusCreated, first.Code, first.Body.String())
+	require.EqualValues(t, 1, n, "connections taken by a new key")
+	again, n := send()
+	require.Equal(t, http.StatusCreated, again.Code)
+	require.Equal(t, "true", again.Header().Get("Idempotent-Replayed"))
+	require.EqualValues(t, 1, n, "connections taken by a replay")
 }

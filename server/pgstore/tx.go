@@ -31,10 +31,11 @@ func Tx(ctx context.Context) (pgx.Tx, bool) {
 // the wait for a connection; the caller must end the transaction with Commit
 // or Rollback.
 //
-// Round trips: the BEGIN is sent with the first claim, which sets the
-// timeouts itself (or with the handler's first statement and one statement
-// setting them), and the completion with the COMMIT, so that a new key
-// costs two round trips and four statements besides the handler's.
+// Round trips: the first claim reads the record on the connection, then
+// sends the BEGIN, the timeouts and the insert of the claim in one batch (or
+// the handler's first statement does, without the claim), and the
+// completion travels with the COMMIT, so that a new key costs three round
+// trips besides the handler's and a replay one.
 //
 // Handle returns a pgx.Tx.
 func (s *Store) BeginTx(ctx context.Context, lockTimeout time.Duration) (server.StoreTx, error) {
