@@ -92,7 +92,9 @@ WHERE k.principal = $1 AND k.endpoint = $2 AND k.key = $3 AND NOT EXISTS (SELECT
 FROM idempotency_keys
 WHERE principal = $1 AND endpoint = $2 AND key = $3 AND expires_at > coalesce($4::timestamptz, clock_timestamp())`
 
-	pgComplete = `UPDATE idempotency_keys SET
+	// pgCompleteHeld is pgComplete without its expiry condition: see
+	// pgTx.Complete.
+	pgCompleteHeld = `UPDATE idempotency_keys SET
     state = 'completed',
     locked_until = NULL,
     response_status = $1,
@@ -100,7 +102,9 @@ WHERE principal = $1 AND endpoint = $2 AND key = $3 AND expires_at > coalesce($4
     response_body = $3,
     response_body_omitted = $4,
     completed_at = coalesce($5::timestamptz, clock_timestamp())
-WHERE principal = $6 AND endpoint = $7 AND key = $8 AND token = $9 AND state = 'in_progress'
+WHERE principal = $6 AND endpoint = $7 AND key = $8 AND token = $9 AND state = 'in_progress'`
+
+	pgComplete = pgCompleteHeld + `
     AND expires_at > coalesce($5::timestamptz, clock_timestamp())`
 
 	pgRelease = `DELETE FROM idempotency_keys

@@ -275,16 +275,8 @@ func tracedPostgresStore(t *testing.T) (*Store, *pgRoundTrips) {
 func TestPostgresTx_HeldCompletionThatMatchesNothingIsNotReportedAsRollback(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store := migratedPostgresStore(t)
-	now := time.Now()
-	req := payClaim("tampered", []byte("fp"), now, time.Second, time.Hour)
-	tx, err := store.BeginTx(ctx, 0)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	res, err := tx.Claim(ctx, req)
-	require.NoError(t, err)
-	require.True(t, res.Acquired)
-	_, err = tx.Handle().(pgx.Tx).Exec(ctx, "DELETE FROM idempotency_keys WHERE key = $1", req.Scope.Key)
+	_, tx, req, res, now := heldClaim(t, "tampered")
+	_, err := tx.Handle().(pgx.Tx).Exec(ctx, "DELETE FROM idempotency_keys WHERE key = $1", req.Scope.Key)
 	require.NoError(t, err)
 	require.NoError(t, tx.Complete(ctx, req.Scope, res.Token, now, &server.StoredResponse{Status: 201}))
 	err = tx.Commit(ctx)
@@ -297,15 +289,7 @@ func TestPostgresTx_HeldCompletionThatMatchesNothingIsNotReportedAsRollback(t *t
 func TestPostgresTx_HeldCompletionStoresTheResponse(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store := migratedPostgresStore(t)
-	now := time.Now()
-	req := payClaim("held", []byte("fp"), now, time.Second, time.Hour)
-	tx, err := store.BeginTx(ctx, 0)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	res, err := tx.Claim(ctx, req)
-	require.NoError(t, err)
-	require.True(t, res.Acquired)
+	store, tx, req, res, now := heldClaim(t, "held")
 	require.NoError(t, tx.Complete(ctx, req.Scope, res.Token, now, &server.StoredResponse{Status: 201, Body: []byte("ok")}))
 	require.Equal(t, pgCompleteHeld, tx.(*pgTx).completeSQL)
 	require.NoError(t, tx.Commit(ctx))
@@ -313,6 +297,23 @@ func TestPostgresTx_HeldCompletionStoresTheResponse(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, server.StateCompleted, rec.State)
 	require.Equal(t, []byte("ok"), rec.Response.Body)
+}
+
+// heldClaim is a transaction that acquired key with an hour of its window
+// left, rolled back when the test ends.
+func heldClaim(t *testing.T, key string) (*Store, server.StoreTx, server.ClaimRequest, server.ClaimResult, time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	store := migratedPostgresStore(t)
+	now := time.Now()
+	req := payClaim(key, []byte("fp"), now, time.Second, time.Hour)
+	tx, err := store.BeginTx(ctx, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	res, err := tx.Claim(ctx, req)
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	return store, tx, req, res, now
 }
 
 // A transactional-mode request takes one connection from the pool, new key

@@ -239,21 +239,6 @@ func (t *pgTx) Complete(_ context.Context, sc server.Scope, token int64, now tim
 // caller's now and the UPDATE running (bounded by the Commit's context).
 const heldCompletionMargin = 10 * time.Minute
 
-// pgCompleteHeld is pgComplete without the expiry condition, for a claim
-// whose row the transaction holds locked and whose window is far from its
-// end. It always matches the row; if it did not (a handler changed the row
-// on its transaction), the COMMIT behind it commits the effect without a
-// stored response, and Commit reports that.
-const pgCompleteHeld = `UPDATE idempotency_keys SET
-    state = 'completed',
-    locked_until = NULL,
-    response_status = $1,
-    response_headers = $2,
-    response_body = $3,
-    response_body_omitted = $4,
-    completed_at = coalesce($5::timestamptz, clock_timestamp())
-WHERE principal = $6 AND endpoint = $7 AND key = $8 AND token = $9 AND state = 'in_progress'`
-
 // errHeldCompletionMissed reports a pgCompleteHeld that matched no row.
 var errHeldCompletionMissed = errors.New("idemkit/server/pgstore: the completion matched no row although the transaction holds its claim (did the handler change the idempotency_keys row?); the COMMIT behind it may have committed the effect without a stored response")
 
