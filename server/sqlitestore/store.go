@@ -131,12 +131,33 @@ func Open(ctx context.Context, path string) (*sql.DB, error) {
 	}
 	// Reading the schema makes SQLite read the file header, so a file that
 	// is not a database fails now rather than at the first claim.
-	var n int
-	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&n); err != nil {
+	if err := readSchema(ctx, db); err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("idemkit/server: open SQLite database %q: %w", path, interpretError(err))
+		return nil, fmt.Errorf("idemkit/server: open SQLite database %q: %w", path, err)
 	}
 	return db, nil
+}
+
+// readSchema reads the schema on a new connection of db. Processes that
+// open a new file at once race to switch it to WAL, which needs the
+// exclusive lock and may fail with SQLITE_BUSY without waiting for the busy
+// timeout: that is retried, for at most openBusyTimeout.
+func readSchema(ctx context.Context, db *sql.DB) error {
+	deadline := time.Now().Add(openBusyTimeout)
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		var n int
+		err := interpretError(db.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&n))
+		if err == nil || !errors.Is(err, server.ErrStoreBusy) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(err, ctx.Err())
+		case <-t.C:
+		}
+	}
 }
 
 // New returns a store on db, which must be an SQLite database
