@@ -146,10 +146,10 @@ func (t *pgTx) begin(ctx context.Context) error {
 }
 
 // Claim implements server.StoreTx.Claim. The first claim of the transaction
-// travels with its BEGIN and its timeouts in one round trip, as the insert
-// of a fresh claim alone (the transactional middleware has read the record
-// before): a row it meets is decided by the upsert, which locks it until
-// the transaction ends, and read by a second statement.
+// reads the record, then travels with the BEGIN and the timeouts in one
+// round trip as the insert of a fresh claim alone (claimFresh); a row that
+// insert meets, and any later claim, is decided by the upsert, which locks
+// the row until the transaction ends, and read by a second statement.
 func (t *pgTx) Claim(ctx context.Context, req server.ClaimRequest) (server.ClaimResult, error) {
 	if t.conn == nil {
 		return server.ClaimResult{}, interpretError(pgx.ErrTxClosed)
