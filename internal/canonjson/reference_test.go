@@ -173,6 +173,15 @@ func encodeJSONString(out *bytes.Buffer, s string) {
 type jsonParser struct {
 	in  []byte
 	pos int
+	// maxExponent bounds the exponents it reads; 0 is maxJSONExponent.
+	maxExponent int64
+}
+
+func (p *jsonParser) exponentLimit() int64 {
+	if p.maxExponent == 0 {
+		return maxJSONExponent
+	}
+	return p.maxExponent
 }
 
 func (p *jsonParser) errorf(format string, args ...any) error {
@@ -457,7 +466,7 @@ func (p *jsonParser) number() (jsonValue, error) {
 		}
 		es := p.pos
 		for p.pos < len(p.in) && isDigit(p.in[p.pos]) {
-			if exp > maxJSONExponent {
+			if exp > p.exponentLimit() {
 				return jsonValue{}, p.errorf("exponent out of range in %q", p.in[start:p.pos])
 			}
 			exp = exp*10 + int64(p.in[p.pos]-'0')
@@ -466,7 +475,7 @@ func (p *jsonParser) number() (jsonValue, error) {
 		if p.pos == es {
 			return jsonValue{}, p.errorf("invalid number: no digits in exponent")
 		}
-		if exp > maxJSONExponent {
+		if exp > p.exponentLimit() {
 			return jsonValue{}, p.errorf("exponent out of range")
 		}
 		if expNeg {
