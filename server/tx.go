@@ -47,10 +47,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 	if err != nil || !res.Acquired {
 		// Nothing of this request's is in the transaction (on pgstore, a
 		// replay has not even begun one).
-		if rerr := tx.Rollback(ctx); rerr != nil {
-			m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemkit: rollback failed; the database ends the transaction when the connection closes",
-				scopeAttrs(scope, slog.Any("error", rerr))...)
-		}
+		m.rollback(ctx, tx, scope)
 		if err != nil {
 			m.storeFailure(w, r, ev, "claim", err)
 			return
@@ -155,8 +152,14 @@ func (t *txClaim) answerFailure(w http.ResponseWriter, r *http.Request, rec *rec
 func (t *txClaim) end() {
 	ctx, cancel := context.WithTimeout(t.ctx, t.m.cfg.StoreTimeout)
 	defer cancel()
-	if err := t.tx.Rollback(ctx); err != nil {
-		t.m.cfg.Logger.LogAttrs(t.ctx, slog.LevelWarn, "idemkit: rollback failed; the database ends the transaction when the connection closes",
-			scopeAttrs(t.ev.Scope, slog.Any("error", err))...)
+	t.m.rollback(ctx, t.tx, t.ev.Scope)
+}
+
+// rollback rolls tx back, logging a failure: the database ends the
+// transaction when the connection closes.
+func (m *Middleware) rollback(ctx context.Context, tx StoreTx, scope Scope) {
+	if err := tx.Rollback(ctx); err != nil {
+		m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemkit: rollback failed; the database ends the transaction when the connection closes",
+			scopeAttrs(scope, slog.Any("error", err))...)
 	}
 }

@@ -20,7 +20,7 @@ func (t *pgTx) claimFresh(ctx context.Context, req server.ClaimRequest) (res ser
 	if t.tx != nil {
 		return res, false, nil
 	}
-	rec, err := t.s.Get(ctx, &t.connQ, req.Scope, req.Now)
+	rec, err := t.st.tx.Get(ctx, &t.connQ, req.Scope, req.Now)
 	switch {
 	case err == nil && rec.State == server.StateCompleted:
 		return server.ClaimResult{Existing: rec}, true, nil

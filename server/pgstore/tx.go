@@ -49,7 +49,7 @@ func (s *Store) BeginTx(ctx context.Context, lockTimeout time.Duration) (server.
 	if err != nil {
 		return nil, interpretError(err)
 	}
-	t := &pgTx{conn: conn, st: s, s: s.tx, timeouts: s.timeoutArgs(lockTimeout)}
+	t := &pgTx{conn: conn, st: s, timeouts: s.timeoutArgs(lockTimeout)}
 	t.qv.q, t.connQ.q, t.hv.t = (*beginQuerier)(t), conn, t
 	t.q, t.handle = &t.qv, &t.hv
 	return t, nil
@@ -90,8 +90,7 @@ type pgTx struct {
 	tx     pgx.Tx        // nil until the BEGIN was sent
 	handle *pgHandleTx
 	st     *Store
-	s      *sqlstore.Store // st.tx
-	q      *querier        // &qv
+	q      *querier // &qv
 	// qv, connQ and hv are allocated with the pgTx: the querier of the
 	// transaction ((*beginQuerier)(t)), the querier of its connection
 	// outside it, and the handle.
@@ -159,7 +158,7 @@ func (t *pgTx) Claim(ctx context.Context, req server.ClaimRequest) (server.Claim
 	}
 	res, decided, err := t.claimFresh(ctx, req)
 	if !decided {
-		res, err = t.s.Claim(ctx, t.q, req)
+		res, err = t.st.tx.Claim(ctx, t.q, req)
 	}
 	if err == nil && res.Acquired {
 		t.expiresAt = req.ExpiresAt
@@ -223,7 +222,7 @@ func (f pgRowFunc) Scan(dest ...any) error { return f(dest...) }
 // the UPDATE runs. Any other completion is pgCompleteInTx, which aborts the
 // transaction when it matches no row.
 func (t *pgTx) Complete(_ context.Context, sc server.Scope, token int64, now time.Time, resp *server.StoredResponse) error {
-	_, args, err := t.s.CompleteStatement(sc, token, now, resp)
+	_, args, err := t.st.tx.CompleteStatement(sc, token, now, resp)
 	if err != nil {
 		return err
 	}
