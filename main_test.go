@@ -1,6 +1,8 @@
 package idemkit
 
 import (
+	"github.com/idemkit/idemkit/internal/testdb"
+
 	"os"
 	"testing"
 
@@ -13,5 +15,5 @@ func TestMain(m *testing.M) {
 	if role := os.Getenv(childRoleEnv); role != "" {
 		os.Exit(childMain(role))
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(testdb.Report(m))
 }

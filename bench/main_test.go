@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/idemkit/idemkit/internal/testdb"
+
 	"testing"
 
 	"go.uber.org/goleak"
@@ -9,5 +11,5 @@ import (
 // TestMain fails the package if a run leaves a goroutine behind: the HTTP
 // server, the pools, the clients and the sweep all end with the run.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(testdb.Report(m))
 }

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"github.com/idemkit/idemkit/internal/testdb"
+
 	"testing"
 
 	"go.uber.org/goleak"
@@ -10,5 +12,5 @@ import (
 // leaves a goroutine behind: heartbeats, sweepers, pools and servers must all
 // be stopped.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(testdb.Report(m))
 }

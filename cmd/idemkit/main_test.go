@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/idemkit/idemkit/internal/testdb"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -28,7 +30,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(cleanupM{m})
+	goleak.VerifyTestMain(testdb.Report(cleanupM{m}))
 }
 
 // cleanupM removes the binary built for the tests after they ran.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/idemkit/idemkit/internal/testdb"
+
 	"bufio"
 	"context"
 	"fmt"
@@ -30,7 +32,7 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(testdb.Report(m))
 }
 
 // agentProc is one agent child process and the lines it printed.

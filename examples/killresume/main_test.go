@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/idemkit/idemkit/internal/testdb"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -27,7 +29,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(testdb.Report(m))
 }
 
 // buildBinary builds the demo into a temporary directory.

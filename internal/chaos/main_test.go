@@ -1,6 +1,8 @@
 package chaos
 
 import (
+	"github.com/idemkit/idemkit/internal/testdb"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -48,7 +50,7 @@ func TestMain(m *testing.M) {
 // runLeakChecked is goleak.VerifyTestMain without its os.Exit, so that the
 // binaries directory is removed first.
 func runLeakChecked(m *testing.M) int {
-	code := m.Run()
+	code := testdb.Report(m).Run()
 	if code != 0 {
 		return code
 	}

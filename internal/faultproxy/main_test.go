@@ -1,11 +1,13 @@
 package faultproxy_test
 
 import (
+	"github.com/idemkit/idemkit/internal/testdb"
+
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(testdb.Report(m))
 }

@@ -1,11 +1,13 @@
 package paymentsapi
 
 import (
+	"github.com/idemkit/idemkit/internal/testdb"
+
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(testdb.Report(m))
 }

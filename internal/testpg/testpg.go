@@ -10,29 +10,23 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/url"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idemkit/internal/testdb"
 )
 
 // EnvDSN is the environment variable holding the test database DSN.
-const EnvDSN = "IDEM_TEST_POSTGRES"
+const EnvDSN = testdb.Postgres
 
 // BaseDSN returns the DSN from IDEM_TEST_POSTGRES, skipping the test when it
 // is unset (failing it under CI=true).
 func BaseDSN(t testing.TB) string {
 	t.Helper()
-	dsn := os.Getenv(EnvDSN)
-	if dsn == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is unset under CI=true: PostgreSQL tests must run in CI", EnvDSN)
-		}
-		t.Skipf("%s is unset: skipping PostgreSQL test (set it, e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)", EnvDSN)
-	}
-	return dsn
+	return testdb.DSN(t, EnvDSN)
 }
 
 // SchemaDSN creates a fresh, empty schema for this test and returns a DSN

@@ -1,6 +1,8 @@
 package sqlitestore_test
 
 import (
+	"github.com/idemkit/idemkit/internal/testdb"
+
 	"testing"
 
 	"go.uber.org/goleak"
@@ -8,5 +10,5 @@ import (
 
 // TestMain fails the run if any test leaves a goroutine behind.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(testdb.Report(m))
 }
