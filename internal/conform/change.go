@@ -1,0 +1,101 @@
+package conform
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"math/big"
+	"strconv"
+	"strings"
+)
+
+// ChangeBody returns body changed the way the changed-body property
+// changes it, and how, in words:
+//
+//   - JSON with a number: the first number in document order gets 1 added
+//     ({"amount": 4000} becomes {"amount": 4001});
+//   - JSON with no number but a string value: the first string value gets
+//     "-changed" appended;
+//   - anything else: "-changed" is appended to the body.
+//
+// Everything else stays byte for byte as given.
+func ChangeBody(body []byte) (changed []byte, how string) {
+	if json.Valid(body) {
+		if c, how, ok := changeJSON(body); ok {
+			return c, how
+		}
+	}
+	return append(bytes.Clone(body), "-changed"...), `"-changed" appended`
+}
+
+// changeJSON finds the first number (else the first string value) of a
+// valid JSON document and changes it in place.
+func changeJSON(body []byte) ([]byte, string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	type frame struct{ obj, wantKey bool }
+	var stack []frame
+	consumed := func() { // a value ended: the enclosing object wants a key
+		if n := len(stack); n > 0 && stack[n-1].obj {
+			stack[n-1].wantKey = true
+		}
+	}
+	firstString := -1
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) || err != nil {
+			break
+		}
+		off := int(dec.InputOffset())
+		switch t := tok.(type) {
+		case json.Delim:
+			if t == '{' || t == '[' {
+				if n := len(stack); n > 0 && stack[n-1].obj {
+					stack[n-1].wantKey = false
+				}
+				stack = append(stack, frame{obj: t == '{', wantKey: t == '{'})
+				continue
+			}
+			stack = stack[:len(stack)-1]
+			consumed()
+		case string:
+			if n := len(stack); n > 0 && stack[n-1].obj && stack[n-1].wantKey {
+				stack[n-1].wantKey = false // a member name
+				continue
+			}
+			if firstString < 0 {
+				firstString = off - 1 // the closing quote
+			}
+			consumed()
+		case json.Number:
+			lit := string(t)
+			start := off - len(lit)
+			next := bumpNumber(lit)
+			out := append(append(bytes.Clone(body[:start]), next...), body[off:]...)
+			return out, "the first number, " + lit + ", made " + next, true
+		default:
+			consumed()
+		}
+	}
+	if firstString < 0 {
+		return nil, "", false
+	}
+	out := append(append(bytes.Clone(body[:firstString]), "-changed"...), body[firstString:]...)
+	return out, `"-changed" appended to the first string value`, true
+}
+
+// bumpNumber adds 1 to a JSON number literal.
+func bumpNumber(lit string) string {
+	if !strings.ContainsAny(lit, ".eE") {
+		n, ok := new(big.Int).SetString(lit, 10)
+		if ok {
+			return n.Add(n, big.NewInt(1)).String()
+		}
+	}
+	f, err := strconv.ParseFloat(lit, 64)
+	if err != nil {
+		return lit + "1"
+	}
+	return strconv.FormatFloat(f+1, 'g', -1, 64)
+}
