@@ -323,6 +323,9 @@ func (b *battery) concurrent(ctx context.Context) (conc, inflight Result) {
 	default:
 		conc = result(PropConcurrent, true, Pass, fmt.Sprintf("one execution (%s %s); %s", b.cfg.IDField, ids[0], tally), ev...)
 	}
+	if len(ids) == 0 {
+		return conc, result(PropInFlight, false, CannotTell, "no copy was accepted: nothing was in flight; "+tally, ev...)
+	}
 	return conc, b.judgeInFlight(judged, n)
 }
 
