@@ -3,14 +3,14 @@ package main
 import (
 	"encoding/json"
 	"encoding/xml"
-	"net/http"
-	"os"
-	"sync/atomic"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
