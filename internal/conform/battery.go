@@ -352,7 +352,7 @@ func (b *battery) judgeInFlight(judged []Exchange, n int) Result {
 			return result(PropInFlight, false, Fail, fmt.Sprintf("an in-flight answer has Retry-After %q: want seconds or an HTTP date", ra), judged...)
 		}
 	}
-	r := result(PropInFlight, false, Pass, fmt.Sprintf("%d in-flight answers, %s", len(judged), inFlightSummary(judged)), judged...)
+	r := result(PropInFlight, false, Pass, fmt.Sprintf("%d in-flight answer(s), %s", len(judged), inFlightSummary(judged)), judged...)
 	r.Notes = notes
 	return r
 }
@@ -532,9 +532,14 @@ func (b *battery) errorStorage(ctx context.Context) Result {
 		}
 		return result(PropErrorStorage, false, Pass, fmt.Sprintf("the %s was not stored: the retry ran again (%s)", what(first), what(retry)), first, retry)
 	}
-	stored := "not stored: the retry ran again (" + what(retry) + ")"
-	if m != "" {
-		stored = "stored: the retry was replayed (" + m + ")"
+	var stored string
+	switch {
+	case m != "":
+		stored = "was stored: the retry was replayed (" + m + ")"
+	case b.d.MarkerRequired:
+		stored = "was not stored: the retry ran again (" + what(retry) + ")"
+	default:
+		stored = fmt.Sprintf("came back %s, unmarked (profile %s marks no replay, so stored or not cannot be told; a 4xx may be either)", what(retry), b.d.Name)
 	}
-	return result(PropErrorStorage, false, Pass, fmt.Sprintf("the %s was %s", what(first), stored), first, retry)
+	return result(PropErrorStorage, false, Pass, fmt.Sprintf("the %s %s", what(first), stored), first, retry)
 }
