@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"encoding/xml"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,6 +21,8 @@ import (
 	"github.com/idemkit/idemkit/internal/conform"
 	"github.com/idemkit/idemkit/internal/paymentsapi"
 	"github.com/idemkit/idemkit/internal/testpg"
+	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sqlitestore"
 )
 
 // checkPayment is the request the check tests send: a payment the
@@ -250,4 +253,33 @@ func TestCheck_MaxRequestsBoundsTheBattery(t *testing.T) {
 	require.Equal(t, conform.Pass, verdicts[conform.PropChangedBody])
 	require.Equal(t, conform.CannotTell, verdicts[conform.PropConcurrent])
 	require.Equal(t, conform.CannotTell, verdicts[conform.PropHostileKeys])
+}
+
+// A real middleware misconfigured: every caller is the same principal.
+// check fails scoping, and only scoping.
+func TestCheck_CatchesAPrincipalFuncThatIgnoresTheCaller(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	db, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "server.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	st, err := sqlitestore.New(db, nil)
+	require.NoError(t, err)
+	require.NoError(t, st.Migrate(ctx))
+	mw, err := server.New(st, &server.Config{PrincipalFunc: func(*http.Request) (string, error) { return "everyone", nil }})
+	require.NoError(t, err)
+	var n atomic.Int32
+	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(200 * time.Millisecond) // the handler's work, so that duplicates overlap it
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":"pay_%d"}`, n.Add(1))
+	})))
+	t.Cleanup(srv.Close)
+	code, verdicts, _ := checkVerdicts(t, checkArgs(srv.URL+"/v1/payments")...)
+	require.Equal(t, exitCheckFailed, code)
+	want := everyPass()
+	want[conform.PropScoped] = conform.Fail
+	want[conform.PropErrorStorage] = conform.CannotTell
+	require.Equal(t, want, verdicts)
 }
