@@ -338,7 +338,7 @@ func (b *battery) judgeInFlight(judged []Exchange, n int) Result {
 	var notes []string
 	for _, ex := range judged {
 		if !b.inFlight(ex) {
-			return result(PropInFlight, false, Fail, fmt.Sprintf("a duplicate in flight was answered %s: want %s with Retry-After", what(ex), answersText(append([]Answer{{Status: http.StatusConflict}}, b.d.InFlight...))), judged...)
+			return result(PropInFlight, false, Fail, fmt.Sprintf("a duplicate in flight was answered %s: want %s with Retry-After", what(ex), inFlightText(b.d)), judged...)
 		}
 		ra := ex.Response.Header.Get("Retry-After")
 		if ra == "" {

@@ -32,7 +32,7 @@ func Plan(cfg *Config) ([]Step, int, error) {
 		{PropWindow, false, 0, "from the answers to K1: Idempotency-Window, else the window profile " + d.Name + " documents"},
 		{PropChangedBody, true, 2, "key K2: the request, then the same key with a changed body (" + how + "): want " + answersText(d.KeyReused) + ", never a replay"},
 		{PropConcurrent, true, n + followUps, fmt.Sprintf("key K3: %d copies at once, then the same request once more (up to %d times while answered in flight, waiting Retry-After up to %v): one distinct %q among the 2xx answers", n, followUps, c.MaxWait, c.IDField)},
-		{PropInFlight, false, 0, "from the answers to K3: every non-2xx answer is " + answersText(append([]Answer{{Status: 409}}, d.InFlight...)) + retryAfterText(d)},
+		{PropInFlight, false, 0, "from the answers to K3: every non-2xx answer is " + inFlightText(d) + retryAfterText(d)},
 	}
 	if c.OtherHeader != nil {
 		steps = append(steps, Step{PropScoped, true, 2, "key K4: the request, then the same key and body as the second caller (--as-other): want a new request, never the first caller's answer, 409 or 422"})
@@ -99,4 +99,16 @@ func oneLine(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
+}
+
+// inFlightText lists the in-flight answers the battery accepts: any 409,
+// and the profile's other statuses.
+func inFlightText(d Dialect) string {
+	as := []Answer{{Status: 409}}
+	for _, a := range d.InFlight {
+		if a.Status != 409 {
+			as = append(as, a)
+		}
+	}
+	return answersText(as)
 }
