@@ -85,17 +85,36 @@ func changeJSON(body []byte) ([]byte, string, bool) {
 	return out, `"-changed" appended to the first string value`, true
 }
 
-// bumpNumber adds 1 to a JSON number literal.
+// bumpNumber adds 1 to a JSON number literal, exactly: the result is
+// always another number, never the same one spelled differently (1e20 + 1
+// in floating point would be 1e20 again). A literal whose exponent is
+// beyond ±maxExponent gets a digit appended to its exponent instead,
+// which also makes it another number.
 func bumpNumber(lit string) string {
 	if !strings.ContainsAny(lit, ".eE") {
-		n, ok := new(big.Int).SetString(lit, 10)
-		if ok {
+		if n, ok := new(big.Int).SetString(lit, 10); ok {
 			return n.Add(n, big.NewInt(1)).String()
 		}
 	}
-	f, err := strconv.ParseFloat(lit, 64)
-	if err != nil {
+	mant, exp, _ := strings.Cut(strings.ToLower(lit), "e")
+	e, err := strconv.Atoi(exp)
+	if exp == "" {
+		e, err = 0, nil
+	}
+	if err != nil || e > maxExponent || e < -maxExponent {
 		return lit + "1"
 	}
-	return strconv.FormatFloat(f+1, 'g', -1, 64)
+	r, ok := new(big.Rat).SetString(lit)
+	if !ok {
+		return lit + "1"
+	}
+	r.Add(r, big.NewRat(1, 1))
+	if r.IsInt() {
+		return r.Num().String()
+	}
+	_, frac, _ := strings.Cut(mant, ".")
+	return r.FloatString(max(0, len(frac)-e))
 }
+
+// maxExponent bounds the exponents bumpNumber computes with.
+const maxExponent = 1000
