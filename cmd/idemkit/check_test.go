@@ -283,3 +283,17 @@ func TestCheck_CatchesAPrincipalFuncThatIgnoresTheCaller(t *testing.T) {
 	want[conform.PropErrorStorage] = conform.CannotTell
 	require.Equal(t, want, verdicts)
 }
+
+// The binary against the payments example: it passes, and the ledger
+// agrees with what the answers showed: one payment per accepted key
+// (replay, changed body, concurrent and scoped for alice, scoped for bob),
+// none for the hostile keys or the refused body.
+func TestCheck_BinaryAgainstThePaymentsExampleMatchesItsLedger(t *testing.T) {
+	t.Parallel()
+	api := newPayAPI(t, 300*time.Millisecond)
+	r := runBin(t, binEnv(t), "", checkArgs(api.URL+"/v1/payments", "--error-data", `{"amount": -1, "currency": "USD"}`)...)
+	require.Equal(t, exitOK, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	require.Contains(t, r.stdout, "RESULT: pass")
+	require.Equal(t, 4, api.payments(t, "alice"))
+	require.Equal(t, 1, api.payments(t, "bob"))
+}
