@@ -191,7 +191,7 @@ func TestCheck_ScopingCannotBeToldWithoutASecondCaller(t *testing.T) {
 
 func TestCheck_JUnitReport(t *testing.T) {
 	t.Parallel()
-	fake := fakeprovider.Start(t, "idemkit", &fakeprovider.Config{Delay: 200 * time.Millisecond, Broken: fakeprovider.NoRetryAfter})
+	fake := fakeprovider.Start(t, "idemkit", &fakeprovider.Config{Delay: 500 * time.Millisecond, Broken: fakeprovider.NoRetryAfter})
 	path := filepath.Join(t.TempDir(), "check.xml")
 	code, _, _ := cli(t, testCtx(t), "", checkArgs(fake.URL, "--junit", path)...)
 	require.Equal(t, exitCheckFailed, code)
@@ -270,7 +270,7 @@ func TestCheck_CatchesAPrincipalFuncThatIgnoresTheCaller(t *testing.T) {
 	require.NoError(t, err)
 	var n atomic.Int32
 	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(200 * time.Millisecond) // the handler's work, so that duplicates overlap it
+		time.Sleep(500 * time.Millisecond) // the handler's work, so that duplicates overlap it
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"id":"pay_%d"}`, n.Add(1))

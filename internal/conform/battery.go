@@ -105,6 +105,9 @@ func (b *battery) marker(ex Exchange) string {
 	return b.d.replayMarker(ex.Response.Header)
 }
 
+// bodyHashPrefix starts the identity of an answer without an id member.
+const bodyHashPrefix = "body sha256:"
+
 // identity names what a 2xx answer made: its resource id, else a hash of
 // its body.
 func (b *battery) identity(ex Exchange) string {
@@ -119,7 +122,7 @@ func (b *battery) identity(ex Exchange) string {
 		}
 	}
 	sum := sha256.Sum256([]byte(ex.Response.Body))
-	return "body sha256:" + hex.EncodeToString(sum[:6])
+	return bodyHashPrefix + hex.EncodeToString(sum[:6])
 }
 
 func (b *battery) replay(ctx context.Context) (first, retry Exchange, res Result) {
@@ -143,6 +146,9 @@ func (b *battery) replay(ctx context.Context) (first, retry Exchange, res Result
 	m := b.marker(retry)
 	if m == "" && b.d.MarkerRequired {
 		return first, retry, fail(fmt.Sprintf("same status and body, but no replay marker (profile %s marks replays with %s: true)", b.d.Name, b.d.ReplayHeaders[0]))
+	}
+	if m == "" && strings.HasPrefix(b.identity(first), bodyHashPrefix) {
+		return first, retry, result(PropReplay, true, CannotTell, fmt.Sprintf("same status %d and body bytes, but no replay marker and no %q member: a replay and a second execution look alike (--id-field names the member that tells them apart)", first.Response.Status, b.cfg.IDField), first, retry)
 	}
 	r := result(PropReplay, true, Pass, fmt.Sprintf("same status %d, same %d body bytes", first.Response.Status, len(first.Response.Body)), first, retry)
 	if m != "" {
@@ -212,7 +218,7 @@ func (b *battery) changedBody(ctx context.Context) Result {
 	case b.marker(second) != "":
 		return fail(fmt.Sprintf("answered %s marked %s: the first answer was replayed for a different request", what(second), b.marker(second)))
 	case r.Status/100 == 2 && r.Body == first.Response.Body:
-		return fail(fmt.Sprintf("answered %s with the first answer's body: the first answer was replayed for a different request", what(second)))
+		return fail(fmt.Sprintf("answered %s with the first answer's body: a different request got the first one's answer (or ran again)", what(second)))
 	case r.Status/100 == 2:
 		return fail(fmt.Sprintf("answered %s with a new body: the changed request ran under the same key", what(second)))
 	case matches(b.d.KeyReused, r.Status, r.Header, []byte(r.Body)):
@@ -289,6 +295,7 @@ func (b *battery) concurrent(ctx context.Context) (conc, inflight Result) {
 	}
 
 	var ids []string
+	hasID := false
 	var ok, replays, inflights, busies, others int
 	var judged []Exchange // the non-2xx answers the in-flight property judges
 	for _, ex := range ev {
@@ -296,7 +303,11 @@ func (b *battery) concurrent(ctx context.Context) (conc, inflight Result) {
 		case ex.Response == nil:
 			others++
 		case answered(ex, 2):
-			if id := b.identity(ex); !slices.Contains(ids, id) {
+			id := b.identity(ex)
+			if !strings.HasPrefix(id, bodyHashPrefix) {
+				hasID = true
+			}
+			if !slices.Contains(ids, id) {
 				ids = append(ids, id)
 			}
 			if b.marker(ex) != "" {
@@ -316,8 +327,14 @@ func (b *battery) concurrent(ctx context.Context) (conc, inflight Result) {
 	}
 	tally := fmt.Sprintf("%d answers: %d 2xx unmarked, %d replayed, %d in flight, %d busy, %d other", len(ev), ok, replays, inflights, busies, others)
 	switch {
-	case len(ids) > 1:
+	case len(ids) > 1 && hasID:
 		conc = result(PropConcurrent, true, Fail, fmt.Sprintf("%d executions for one key (%s: %s); %s", len(ids), b.cfg.IDField, strings.Join(ids, ", "), tally), ev...)
+	case len(ids) > 1:
+		conc = result(PropConcurrent, true, Fail, fmt.Sprintf("%d different 2xx bodies for one key (no %q member: compared whole), so more than one execution or replays that differ; %s", len(ids), b.cfg.IDField, tally), ev...)
+	case !hasID && b.d.MarkerRequired && ok > 1:
+		conc = result(PropConcurrent, true, Fail, fmt.Sprintf("%d 2xx answers without a replay marker for one key: %d executions; %s", ok, ok, tally), ev...)
+	case !hasID && !b.d.MarkerRequired && ok > 1:
+		conc = result(PropConcurrent, true, CannotTell, fmt.Sprintf("%d identical 2xx answers without an %q member or a replay marker: executions cannot be counted from the answers (--id-field names the member that tells them apart); %s", ok, b.cfg.IDField, tally), ev...)
 	case len(ids) == 0:
 		conc = result(PropConcurrent, true, CannotTell, "no duplicate was answered 2xx; "+tally, ev...)
 	default:
@@ -438,9 +455,11 @@ func (b *battery) scoped(ctx context.Context) Result {
 	switch {
 	case r == nil:
 		return result(PropScoped, true, CannotTell, "the second caller's request got no answer: "+second.Err, first, second)
+	case b.marker(second) == "" && r.Body == first.Response.Body && strings.HasPrefix(firstID, bodyHashPrefix):
+		return result(PropScoped, true, CannotTell, fmt.Sprintf("the second caller got the same body as the first (%s), unmarked and without an %q member: a leak and a new request look alike", what(second), b.cfg.IDField), first, second)
 	case b.marker(second) != "" || r.Body == first.Response.Body:
 		return fail(fmt.Sprintf("the second caller got the first caller's answer (%s%s): keys are not scoped to the caller", what(second), markedText(b.marker(second))))
-	case firstID != "" && !strings.HasPrefix(firstID, "body sha256:") && strings.Contains(r.Body, firstID):
+	case !strings.HasPrefix(firstID, bodyHashPrefix) && firstID != "" && strings.Contains(r.Body, firstID):
 		return fail(fmt.Sprintf("the second caller's answer (%s) names the first caller's %s %s", what(second), b.cfg.IDField, firstID))
 	case answered(second, 2):
 		return result(PropScoped, true, Pass, fmt.Sprintf("a new request: %s with its own %s %s (the first caller's: %s)", what(second), b.cfg.IDField, b.identity(second), firstID), first, second)

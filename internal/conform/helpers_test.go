@@ -16,7 +16,7 @@ import (
 
 // execDelay is how long a fake's execution takes: long enough that the
 // battery's duplicates overlap the first one.
-const execDelay = 300 * time.Millisecond
+const execDelay = 500 * time.Millisecond
 
 // failBody is the --error-data of the tests: the fakes answer it 500.
 var failBody = []byte(`{"amount": 4000, "currency": "USD", "fail": true}`)
