@@ -297,3 +297,13 @@ func TestCheck_BinaryAgainstThePaymentsExampleMatchesItsLedger(t *testing.T) {
 	require.Equal(t, 4, api.payments(t, "alice"))
 	require.Equal(t, 1, api.payments(t, "bob"))
 }
+
+// TestCheck_HelpGolden: check's --help, its own exit statuses included
+// (rewrite with -update, as TestHelp_Golden).
+func TestCheck_HelpGolden(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := cli(t, testCtx(t), "", "check", "--help")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "130  SIGINT")
+	golden(t, "help-check", out)
+}
