@@ -307,3 +307,35 @@ func TestCheck_HelpGolden(t *testing.T) {
 	require.Contains(t, out, "130  SIGINT")
 	golden(t, "help-check", out)
 }
+
+// --json prints one object: the outcome, and each property with its
+// evidence (keys, answers; never the credentials).
+func TestCheck_JSONReport(t *testing.T) {
+	t.Parallel()
+	fake := fakeprovider.Start(t, "idemkit", &fakeprovider.Config{Delay: 100 * time.Millisecond})
+	code, out, errOut := cli(t, testCtx(t), "", checkArgs(fake.URL, "--json")...)
+	require.Equal(t, exitOK, code, errOut)
+	require.NotContains(t, out, "Bearer", "credentials stay out of the report")
+	var rep struct {
+		Outcome  string `json:"outcome"`
+		Requests int    `json:"requests"`
+		Results  []struct {
+			ID       string `json:"id"`
+			Verdict  string `json:"verdict"`
+			Evidence []struct {
+				Key    string `json:"key"`
+				Answer *struct {
+					Status int `json:"status"`
+				} `json:"answer"`
+			} `json:"evidence"`
+		} `json:"results"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	require.Equal(t, "pass", rep.Outcome)
+	require.InDelta(t, rep.Requests, fake.Requests(), 1, "net/http answers the key with a control character itself")
+	require.Len(t, rep.Results, 8)
+	require.Equal(t, "replay", rep.Results[0].ID)
+	require.Len(t, rep.Results[0].Evidence, 2)
+	require.Equal(t, rep.Results[0].Evidence[0].Key, rep.Results[0].Evidence[1].Key, "a retry sends the same key")
+	require.Equal(t, 201, rep.Results[0].Evidence[1].Answer.Status)
+}

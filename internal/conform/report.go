@@ -70,10 +70,13 @@ type Report struct {
 	URL     string `json:"url"`
 	Dialect string `json:"profile"`
 	// Requests is how many requests were sent, at most MaxRequests.
-	Requests    int           `json:"requests"`
-	MaxRequests int           `json:"max_requests"`
-	Results     []Result      `json:"results"`
-	Took        time.Duration `json:"took_ns"`
+	Requests    int `json:"requests"`
+	MaxRequests int `json:"max_requests"`
+	// Outcome is the run's: fail if a property failed, else cannot tell
+	// if a required property could not be told, else pass.
+	Outcome Verdict       `json:"outcome"`
+	Results []Result      `json:"results"`
+	Took    time.Duration `json:"took_ns"`
 }
 
 // Failed reports whether a property failed.
