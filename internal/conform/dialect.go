@@ -23,7 +23,12 @@ type Answer struct {
 // key-reused answers and window are those of the client's profiles
 // (idemkit.KnownProfile, tested to agree in dialect_test.go); the fields
 // after KeyReused say which of those the provider documents as a promise,
-// so that the battery fails only what the dialect promises.
+// so that the battery fails only what the dialect promises — with one
+// addition: under the idemkit and ietf dialects an in-flight answer must
+// carry Retry-After. The IETF draft does not say so; without it a client
+// cannot know when to come back, and the battery treats that as the bug
+// it is. Where a provider documents its in-progress answer without one
+// (stripe, checkout, paypal), the battery notes its absence.
 type Dialect struct {
 	Name      string
 	KeyHeader string
