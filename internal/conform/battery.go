@@ -37,6 +37,10 @@ func Run(ctx context.Context, cfg *Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Transport == nil {
+		// The transport is the run's own: leave no idle connection behind.
+		defer c.Transport.(*http.Transport).CloseIdleConnections()
+	}
 	b := &battery{cfg: c, d: d, s: newSender(c, u, d)}
 	start := time.Now()
 	rep := &Report{Method: c.Method, URL: u.String(), Dialect: d.Name, MaxRequests: c.MaxRequests}
