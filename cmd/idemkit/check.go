@@ -64,8 +64,8 @@ test payment, say), so point it at a staging API or a sandbox.
                  or the profile's key-reused answer; any 4xx where the profile documents none),
                  never a replay. The body is changed thus: in JSON, the first number in document
                  order gets 1 added ({"amount": 4000} becomes 4001); with no number, the first
-                 string value gets "-changed" appended; a body that is not JSON gets "-changed"
-                 appended
+                 string value gets "-changed" appended; in a form (amount=4000&currency=usd),
+                 the first integer value gets 1 added; any other body gets "-changed" appended
   concurrent     (required) --concurrency copies at once, then the same request again: one
                  execution, judged from the answers (one distinct --id-field among the 2xx
                  answers, the JSON "id" by default, else the whole body)

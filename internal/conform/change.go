@@ -17,6 +17,9 @@ import (
 //     ({"amount": 4000} becomes {"amount": 4001});
 //   - JSON with no number but a string value: the first string value gets
 //     "-changed" appended;
+//   - a form (name=value&..., as Stripe's API takes) with an integer value:
+//     the first integer value gets 1 added (amount=4000 becomes
+//     amount=4001);
 //   - anything else: "-changed" is appended to the body.
 //
 // Everything else stays byte for byte as given.
@@ -26,7 +29,29 @@ func ChangeBody(body []byte) (changed []byte, how string) {
 			return c, how
 		}
 	}
+	if c, how, ok := changeForm(body); ok {
+		return c, how
+	}
 	return append(bytes.Clone(body), "-changed"...), `"-changed" appended`
+}
+
+// changeForm adds 1 to the first integer value of a form body.
+func changeForm(body []byte) ([]byte, string, bool) {
+	parts := strings.Split(string(body), "&")
+	for i, p := range parts {
+		name, v, ok := strings.Cut(p, "=")
+		if !ok || name == "" || v == "" || strings.Trim(v, "0123456789") != "" {
+			continue
+		}
+		n, ok := new(big.Int).SetString(v, 10)
+		if !ok {
+			continue
+		}
+		next := n.Add(n, big.NewInt(1)).String()
+		parts[i] = name + "=" + next
+		return []byte(strings.Join(parts, "&")), "the first integer form value, " + name + "=" + v + ", made " + next, true
+	}
+	return nil, "", false
 }
 
 // changeJSON finds the first number (else the first string value) of a

@@ -26,7 +26,10 @@ func TestChangeBody(t *testing.T) {
 		{`{"k": {"inner": "v"}, "x": null}`, `{"k": {"inner": "v-changed"}, "x": null}`},
 		{`["a", "b"]`, `["a-changed", "b"]`},
 		{`{}`, `{}-changed`},
-		{`amount=4000`, `amount=4000-changed`},
+		{`amount=4000`, `amount=4001`},
+		{`currency=usd&amount=4000&x=1`, `currency=usd&amount=4001&x=1`},
+		{`currency=usd&description=a`, `currency=usd&description=a-changed`},
+		{`amount=-5`, `amount=-5-changed`},
 		{``, `-changed`},
 	} {
 		got, how := conform.ChangeBody([]byte(tt.in))

@@ -39,3 +39,16 @@ func TestRun_PassesEveryFakeUnderItsProfile(t *testing.T) {
 		})
 	}
 }
+
+// Stripe's API takes forms: the changed body bumps the amount in the form.
+func TestRun_FormBodyAgainstTheStripeFake(t *testing.T) {
+	t.Parallel()
+	fake := startFake(t, "stripe", 0)
+	cfg := config(fake.URL, "stripe")
+	cfg.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	cfg.Body = []byte("amount=4000&currency=usd")
+	cfg.ErrorBody = nil
+	rep := requireVerdicts(t, cfg, with(allPass(), verdicts{conform.PropErrorStorage: conform.CannotTell}))
+	res, _ := rep.Result(conform.PropChangedBody)
+	require.Equal(t, "amount=4001&currency=usd", res.Evidence[1].ReqBody)
+}
