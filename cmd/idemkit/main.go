@@ -209,6 +209,7 @@ create it; the other commands report "no queue at PATH".
 		}
 		c.Long = long + "\n\n" + exitHelp
 	}
+	root.AddCommand(newCheckCmd(e, g)) // after the loop: check documents exit statuses of its own
 	return root
 }
 
