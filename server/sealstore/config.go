@@ -1,11 +1,11 @@
 package sealstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 
 	"github.com/idemkit/idemkit/server"
 )
@@ -78,7 +78,11 @@ func (c *Config) WithDefaults() *Config {
 	if c != nil {
 		out = *c
 	}
-	out.Keys = maps.Clone(out.Keys)
+	keys := make(map[string][]byte, len(out.Keys))
+	for id, key := range out.Keys {
+		keys[id] = bytes.Clone(key)
+	}
+	out.Keys = keys
 	out.HashKey = append([]byte(nil), out.HashKey...)
 	if out.Current == "" && len(out.Keys) == 1 {
 		for id := range out.Keys {
