@@ -28,7 +28,8 @@ const hashKeyMinBytes = 32
 type RedactFunc func(s server.Scope, resp *server.StoredResponse)
 
 // OnErrorFunc is called with every stored response that could not be
-// opened, after it is logged; for a metric or an alert.
+// opened, after it is logged; for a metric or an alert. It runs on the
+// request's goroutine, before the 503 is sent: keep it quick.
 type OnErrorFunc func(ctx context.Context, err *OpenError)
 
 // Config configures a Store.
