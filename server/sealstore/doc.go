@@ -48,8 +48,10 @@
 //	2+n      16    salt, random
 //	18+n     ...   AES-256-GCM ciphertext of the plaintext, then its 16-byte tag
 //
-// The row key is HKDF-SHA256(key, salt, "idemkit/sealstore v1 row"), 32
-// bytes, and the nonce is 12 zero bytes: every row has a key of its own,
+// The row key is HKDF-Expand-SHA256 with the configured key as the
+// pseudorandom key and "idemkit/sealstore v1 row" || salt as the info, 32
+// bytes (that is, HMAC-SHA256(key, "idemkit/sealstore v1 row" || salt ||
+// 0x01)), and the nonce is 12 zero bytes: every row has a key of its own,
 // so the number of rows one key seals is not bounded by the 2^32 random
 // nonces AES-GCM allows under one key. The associated data is
 //

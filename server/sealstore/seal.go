@@ -3,13 +3,15 @@ package sealstore
 import (
 	"crypto/aes"
 	"crypto/cipher"
-	"crypto/hkdf"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"hash"
 	"net/http"
 	"slices"
+	"sync"
 
 	"github.com/idemkit/idemkit/server"
 )
@@ -30,10 +32,47 @@ const (
 // zeroNonce is the nonce of every row: each row has a key of its own.
 var zeroNonce [12]byte
 
-// sealer seals and opens responses for one scope with the configured keys.
+// sealer seals and opens responses with the configured keys.
 type sealer struct {
-	keys    map[string][]byte
+	keys    map[string]*masterKey
 	current string
+}
+
+// newSealer returns a sealer of keys, sealing with current.
+func newSealer(keys map[string][]byte, current string) sealer {
+	k := sealer{keys: make(map[string]*masterKey, len(keys)), current: current}
+	for id, key := range keys {
+		mk := &masterKey{}
+		mk.macs.New = func() any { return hmac.New(sha256.New, key) }
+		k.keys[id] = mk
+	}
+	return k
+}
+
+// masterKey is one configured key, as the HMACs the row keys are derived
+// with (an HMAC is safe for one goroutine at a time, so they are pooled).
+type masterKey struct {
+	macs sync.Pool // of hash.Hash: HMAC-SHA256 keyed with the key
+}
+
+// rowAEAD returns the AES-256-GCM of the row whose salt is salt: its key
+// is HKDF-Expand-SHA256 with the master key as the pseudorandom key and
+// rowKeyInfo || salt as the info, one block, that is
+// HMAC-SHA256(key, rowKeyInfo || salt || 0x01).
+func (mk *masterKey) rowAEAD(salt []byte) (cipher.AEAD, error) {
+	mac := mk.macs.Get().(hash.Hash)
+	mac.Reset()
+	mac.Write([]byte(rowKeyInfo))
+	mac.Write(salt)
+	mac.Write([]byte{1})
+	var rowKey [sha256.Size]byte
+	mac.Sum(rowKey[:0])
+	mk.macs.Put(mac)
+	block, err := aes.NewCipher(rowKey[:])
+	if err != nil {
+		return nil, fmt.Errorf("idemkit/server/sealstore: %w", err)
+	}
+	return cipher.NewGCM(block)
 }
 
 // seal returns the stored form of resp for scope sc, sealed with the
@@ -48,7 +87,7 @@ func (k *sealer) seal(sc server.Scope, resp *server.StoredResponse) (*server.Sto
 		return nil, fmt.Errorf("idemkit/server/sealstore: read random salt: %w", err)
 	}
 	head = append(head, salt[:]...)
-	aead, err := rowAEAD(k.keys[id], salt[:])
+	aead, err := k.keys[id].rowAEAD(salt[:])
 	if err != nil {
 		return nil, err
 	}
@@ -77,11 +116,11 @@ func (k *sealer) open(sc server.Scope, stored *server.StoredResponse) (*server.S
 	}
 	id := string(blob[2 : 2+n])
 	headLen := 2 + n + saltSize
-	key, ok := k.keys[id]
+	mk, ok := k.keys[id]
 	if !ok {
 		return nil, id, errUnknownKey
 	}
-	aead, err := rowAEAD(key, blob[2+n:headLen])
+	aead, err := mk.rowAEAD(blob[2+n : headLen])
 	if err != nil {
 		return nil, id, err
 	}
@@ -98,19 +137,6 @@ func (k *sealer) open(sc server.Scope, stored *server.StoredResponse) (*server.S
 		resp.Body = body
 	}
 	return resp, id, nil
-}
-
-// rowAEAD returns the AES-256-GCM of the row whose salt is salt.
-func rowAEAD(key, salt []byte) (cipher.AEAD, error) {
-	rowKey, err := hkdf.Key(sha256.New, key, salt, rowKeyInfo, KeySize)
-	if err != nil {
-		return nil, fmt.Errorf("idemkit/server/sealstore: derive row key: %w", err)
-	}
-	block, err := aes.NewCipher(rowKey)
-	if err != nil {
-		return nil, fmt.Errorf("idemkit/server/sealstore: %w", err)
-	}
-	return cipher.NewGCM(block)
 }
 
 // additionalData binds a blob to its head (version, key id, salt), its

@@ -40,7 +40,7 @@ func New(inner server.Store, cfg *Config) (*Store, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{inner: inner, cfg: c, sealer: sealer{keys: c.Keys, current: c.Current}}, nil
+	return &Store{inner: inner, cfg: c, sealer: newSealer(c.Keys, c.Current)}, nil
 }
 
 // Unwrap returns the inner store.
