@@ -69,8 +69,12 @@
 // # Hashed keys
 //
 // With Config.HashKeys the inner store receives, instead of the client's
-// key, "h1." and the unpadded base64url HMAC-SHA256 under Config.HashKey
-// of the scope (46 bytes), so the database holds no key a client sent.
+// key, "h1." and the unpadded base64url of
+//
+//	HMAC-SHA256(HashKey, lp("idemkit/sealstore key v1") || lp(principal) || lp(endpoint) || lp(key))
+//
+// (46 bytes), so the database holds no key a client sent, and two
+// principals' equal keys are not linkable.
 // The records the store returns carry the caller's key back. The price:
 // an operator can no longer find a record by the key a client quotes
 // without the HMAC key (Store.StoredKey computes it), and changing
