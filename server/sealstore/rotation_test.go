@@ -1,6 +1,7 @@
 package sealstore_test
 
 import (
+	"log/slog"
 	"net/http"
 	"testing"
 
@@ -31,7 +32,9 @@ func TestSealStore_RotationOldKeysOpenRemovedKeysRefuse(t *testing.T) {
 		require.Equal(t, "2", keyIDOf(b.rawBody(t, "alice", "k-2")), "the current key seals new rows")
 
 		seen := &errorsSeen{}
-		retiredStore := b.seal(t, &sealstore.Config{Keys: map[string][]byte{"2": key2}, OnErrorFunc: seen.record})
+		var log syncBuffer
+		retiredStore := b.seal(t, &sealstore.Config{Keys: map[string][]byte{"2": key2}, OnErrorFunc: seen.record,
+			Logger: slog.New(slog.NewTextHandler(&log, nil))})
 		retired := newAPI(t, b, retiredStore, mode)
 		requireNotReplayed(t, retired.pay(t, "alice", "k-1"))
 		requireReplay(t, second, retired.pay(t, "alice", "k-2"))
@@ -41,6 +44,9 @@ func TestSealStore_RotationOldKeysOpenRemovedKeysRefuse(t *testing.T) {
 		require.Zero(t, retired.runs.Load(), "a row that does not open is not run again either")
 		require.Positive(t, retiredStore.Undecryptable())
 		require.Equal(t, retiredStore.Undecryptable(), seen.n.Load(), "every failure reaches OnErrorFunc")
+		require.Contains(t, log.String(), `level=ERROR msg="idemkit: stored response cannot be opened; not replayed"`)
+		require.Contains(t, log.String(), "principal=alice")
+		require.Contains(t, log.String(), "key_id=1")
 		oe := seen.last.Load()
 		require.ErrorIs(t, oe, sealstore.ErrUndecryptable)
 		require.ErrorIs(t, oe, server.ErrStoreUnavailable)
