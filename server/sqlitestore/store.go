@@ -114,10 +114,18 @@ var (
 // fails here with an error wrapping server.ErrStoreUnavailable. ctx bounds only the
 // opening; close the returned *sql.DB when done.
 //
+// A file Open creates is readable and writable by its owner alone (0600,
+// less the umask): it holds principals, keys and stored responses. SQLite
+// gives its WAL and shared-memory files (path-wal, path-shm) the mode of
+// the database file. The mode of an existing file is left as it is.
+//
 // You may instead open the database yourself and pass it to New.
 func Open(ctx context.Context, path string) (*sql.DB, error) {
 	if path == "" {
 		return nil, errors.New("idemkit/server: Open: path is empty")
+	}
+	if err := createOwnerOnly(path); err != nil {
+		return nil, fmt.Errorf("idemkit/server: open SQLite database %q: %w: %w", path, server.ErrStoreUnavailable, err)
 	}
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", openBusyTimeout.Milliseconds()))
@@ -136,6 +144,28 @@ func Open(ctx context.Context, path string) (*sql.DB, error) {
 		return nil, fmt.Errorf("idemkit/server: open SQLite database %q: %w", path, err)
 	}
 	return db, nil
+}
+
+// fileModeDefault is the mode Open creates a database file with.
+const fileModeDefault os.FileMode = 0o600
+
+// createOwnerOnly creates path, empty, with fileModeDefault if no file
+// exists there (SQLite takes an empty file for an empty database), so that
+// the file SQLite would create 0644, and the WAL and shared-memory files it
+// creates with the database file's mode, are owner-only. A file that
+// exists, or that another process creates first, is left alone.
+func createOwnerOnly(path string) error {
+	if path == ":memory:" {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, fileModeDefault)
+	if errors.Is(err, os.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // readSchema reads the schema on a new connection of db. Processes that
