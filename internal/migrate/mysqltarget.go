@@ -129,4 +129,3 @@ func SplitStatements(script string) []string {
 	}
 	return out
 }
-

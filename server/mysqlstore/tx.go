@@ -215,4 +215,3 @@ func closeConn(conn *sql.Conn) error {
 func discardConn(conn *sql.Conn) {
 	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 }
-
