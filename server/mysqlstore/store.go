@@ -35,12 +35,20 @@
 // transaction around every claim to keep the two tables in step. In-flight
 // rows are one contiguous range of the index, ordered by lease end, so
 // counting them (Stats) or finding the lapsed leases reads that range
-// only. On MariaDB 10.11:
+// only. On MariaDB 10.11, with 10,000 rows of which 100 are in flight:
 //
 //	EXPLAIN SELECT count(*) FROM idempotency_keys
 //	    WHERE state = 'in_progress' AND locked_until <= UTC_TIMESTAMP(6);
-//	id select_type table            type  key                                     key_len rows Extra
-//	1  SIMPLE      idempotency_keys range idempotency_keys_state_locked_until_idx 28      1    Using where; Using index
+//	type  key                                     key_len rows Extra
+//	range idempotency_keys_state_locked_until_idx 27      100  Using where; Using index
+//
+//	EXPLAIN SELECT count(*) FROM idempotency_keys
+//	    WHERE state = 'in_progress' AND expires_at > UTC_TIMESTAMP(6);
+//	type  key                                     key_len rows Extra
+//	ref   idempotency_keys_state_locked_until_idx 18      100  Using index condition; Using where
+//
+// The first is covered by the index alone; the second (Stats' in-flight
+// count) reads the 100 in-flight rows, not the table.
 //
 // # Clocks, timeouts and errors
 //
