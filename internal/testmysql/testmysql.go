@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"net/url"
 	"testing"
 	"time"
 
@@ -110,4 +111,19 @@ func open(t testing.TB, cfg *mysql.Config, maxOpen int) *sql.DB {
 		t.Fatalf("ping MySQL: %v", err)
 	}
 	return db
+}
+
+// URL creates a fresh database (see DatabaseConfig) and returns it as the
+// URL form mysql://user:pass@host:port/database that examples/payments
+// takes in --dsn.
+func URL(t testing.TB) string {
+	t.Helper()
+	cfg := DatabaseConfig(t)
+	u := &url.URL{Scheme: "mysql", Host: cfg.Addr, Path: "/" + cfg.DBName}
+	if cfg.Passwd != "" {
+		u.User = url.UserPassword(cfg.User, cfg.Passwd)
+	} else {
+		u.User = url.User(cfg.User)
+	}
+	return u.String()
 }
