@@ -3,13 +3,18 @@ package server_test
 import (
 	"context"
 	"database/sql"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/testmysql"
+	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/internal/sqlstore"
 	"github.com/idemkit/idemkit/server/mysqlstore"
@@ -92,4 +97,67 @@ func mwNewMySQLKillTarget(t *testing.T) *mwKillTarget {
 		require.NoError(t, db.QueryRow(query).Scan(&n))
 		return n
 	}}
+}
+
+// When the COMMIT reached MariaDB but its answer was lost, the transaction
+// committed: the middleware must not answer "nothing was applied". It
+// re-reads the record and sends the handler's response, or answers
+// outcome-unknown; a retry with the same key replays.
+func TestTransactionalCommit_LostAnswerIsNotReportedAsRollback_MySQL(t *testing.T) {
+	t.Parallel()
+	cfg := testmysql.DatabaseConfig(t)
+	proxy := testmysql.NewProxy(t, cfg.Addr)
+	proxied := cfg.Clone()
+	proxied.Addr = proxy.Addr()
+	proxied.Timeout = 2 * time.Second
+	connector, err := mysql.NewConnector(proxied)
+	require.NoError(t, err)
+	db := sql.OpenDB(connector)
+	db.SetMaxOpenConns(4)
+	t.Cleanup(func() { _ = db.Close() })
+	ctx := context.Background()
+	store, err := mysqlstore.New(db, nil)
+	require.NoError(t, err)
+	require.NoError(t, store.Migrate(ctx))
+	_, err = db.ExecContext(ctx, mwEffectsTableMySQL)
+	require.NoError(t, err)
+
+	runs := 0
+	mw, err := server.New(store, &server.Config{PrincipalFunc: mwPrincipal, Mode: server.ModeTransactional,
+		StoreTimeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	require.NoError(t, err)
+	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		tx, _ := mysqlstore.Tx(r.Context())
+		sc, _ := server.ScopeFromContext(r.Context())
+		if _, err := tx.ExecContext(r.Context(), mwInsertEffectSQLite, sc.Principal, sc.Key, "paid"); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		proxy.DropNextCommitReply()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"paid":true}`)
+	})))
+	t.Cleanup(srv.Close)
+	post := func() *mwResponse {
+		return mwPost(t, srv, "/pay", map[string]string{"X-Principal": "alice", server.HeaderKey: "commit-1"}, `{}`)
+	}
+
+	first := post()
+	require.Equal(t, 1, proxy.CommitRepliesDropped(), "the proxy dropped the COMMIT's answer")
+	var effects int
+	require.NoError(t, db.QueryRowContext(ctx, mwCountEffects).Scan(&effects))
+	require.Equal(t, 1, effects, "the transaction committed")
+	if first.Status == http.StatusServiceUnavailable {
+		first.requireProblem(t, http.StatusServiceUnavailable, wire.ProblemOutcomeUnknown)
+	} else {
+		require.Equal(t, http.StatusCreated, first.Status, "body %s", first.Body)
+		require.Equal(t, `{"paid":true}`, string(first.Body))
+	}
+
+	again := post()
+	require.Equal(t, http.StatusCreated, again.Status, "body %s", again.Body)
+	require.Equal(t, "true", again.Header.Get(wire.HeaderReplayed))
+	require.Equal(t, 1, runs)
 }

@@ -17,10 +17,10 @@ import (
 )
 
 // proxiedBundle is a migrated store whose pool reaches MariaDB through a
-// tcpProxy, and a direct pool for checks while the proxy misbehaves.
+// testmysql.Proxy, and a direct pool for checks while the proxy misbehaves.
 type proxiedBundle struct {
 	ctx    context.Context
-	proxy  *tcpProxy
+	proxy  *testmysql.Proxy
 	store  *mysqlstore.Store
 	direct *sql.DB
 }
@@ -29,7 +29,7 @@ func setupProxied(t *testing.T) *proxiedBundle {
 	t.Helper()
 	cfg := testmysql.DatabaseConfig(t)
 	b := &proxiedBundle{ctx: storetest.Context(t), direct: openPool(t, cfg)}
-	b.proxy = newTCPProxy(t, cfg.Addr)
+	b.proxy = testmysql.NewProxy(t, cfg.Addr)
 	proxied := cfg.Clone()
 	proxied.Addr = b.proxy.Addr()
 	proxied.Timeout = 2 * time.Second
