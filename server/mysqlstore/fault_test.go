@@ -174,3 +174,39 @@ func TestMySQLStore_ErrorKeepsNumber(t *testing.T) {
 	require.ErrorAs(t, err, &myErr)
 	require.EqualValues(t, 1205, myErr.Number, "innodb_lock_wait_timeout played lock_timeout's part")
 }
+
+// A process that froze inside a transaction (or whose network path did)
+// does not block its key forever: MariaDB ends the idle transaction after
+// Config.IdleInTransactionTimeout, releasing the claim's lock, and a retry
+// from another process acquires the key.
+func TestMySQLStore_FrozenClientReleasesItsClaim(t *testing.T) {
+	t.Parallel()
+	b := setupProxied(t)
+	frozen, err := mysqlstore.New(b.store.DB(), &mysqlstore.Config{IdleInTransactionTimeout: time.Second})
+	require.NoError(t, err)
+	tx, err := frozen.BeginTx(b.ctx, time.Second)
+	require.NoError(t, err)
+	req := faultClaim("frozen-client")
+	res, err := tx.Claim(b.ctx, req)
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	b.proxy.Freeze()
+	defer func() {
+		b.proxy.Thaw()
+		_ = tx.Rollback(b.ctx) // its session is gone: the rollback fails, and ends the *sql.Tx
+	}()
+
+	other, err := mysqlstore.New(b.direct, nil)
+	require.NoError(t, err)
+	start := time.Now()
+	require.Eventually(t, func() bool {
+		retry, err := other.BeginTx(b.ctx, 5*time.Second)
+		if err != nil {
+			return false
+		}
+		defer retry.Rollback(b.ctx)
+		res, err := retry.Claim(b.ctx, req)
+		return err == nil && res.Acquired
+	}, 30*time.Second, 100*time.Millisecond, "the retry must acquire once MariaDB ended the idle transaction")
+	require.Less(t, time.Since(start), 15*time.Second)
+}

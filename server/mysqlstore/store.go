@@ -61,7 +61,10 @@
 // (whole seconds, rounded up) and restores it afterwards, so a claim that
 // waits longer on a concurrent uncommitted claim of the same scope fails
 // with error 1205, server.ErrInFlight. A deadlock (1213) is
-// server.ErrStoreBusy; InnoDB has rolled the transaction back.
+// server.ErrStoreBusy; InnoDB has rolled the transaction back. On MariaDB,
+// BeginTx also sets max_statement_time and idle_transaction_timeout (see
+// Config), as pgstore sets statement_timeout and
+// idle_in_transaction_session_timeout; MySQL 8 has neither for writes.
 //
 // Errors are translated by MySQL error number (see interpretError); broken
 // connections are server.ErrStoreUnavailable. go-sql-driver bounds no read
@@ -76,6 +79,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idemkit/internal/migrate"
@@ -85,8 +89,10 @@ import (
 
 // Defaults of Config and of BeginTx.
 const (
-	sweepChunkSizeDefault = 200
-	lockTimeoutDefault    = 3 * time.Second
+	sweepChunkSizeDefault           = 200
+	lockTimeoutDefault              = 3 * time.Second
+	statementTimeoutDefault         = 30 * time.Second
+	idleInTransactionTimeoutDefault = 60 * time.Second
 )
 
 // rollbackTimeout bounds a rollback whose context was canceled.
@@ -98,13 +104,31 @@ type Config struct {
 	// removes; Sweep repeats chunks until one is short, pausing after each
 	// for as long as it took. Defaults to 200.
 	SweepChunkSize int
+	// StatementTimeout is, on MariaDB, the max_statement_time of a
+	// transactional-mode transaction's session (the handler's statements
+	// have it too): a statement that runs longer is killed (error 1969,
+	// server.ErrStoreUnavailable). MySQL 8 has no such bound for writes
+	// (its max_execution_time covers SELECT only), so it is not set there.
+	// Lease-mode statements are bounded by the caller's context. Defaults
+	// to 30s.
+	StatementTimeout time.Duration
+	// IdleInTransactionTimeout is, on MariaDB, the idle_transaction_timeout
+	// of a transactional-mode transaction's session (whole seconds, rounded
+	// up): MariaDB ends the session of a transaction left idle longer (a
+	// process that froze or lost its connection without closing it),
+	// releasing its locks so that retries of the same key are not blocked.
+	// MySQL 8 has no such timeout; there the session lasts until
+	// wait_timeout. Defaults to 60s.
+	IdleInTransactionTimeout time.Duration
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default.
 // It is safe to call on a nil receiver.
 func (c *Config) WithDefaults() *Config {
 	return sqlstore.ConfigWithDefaults(c, Config{
-		SweepChunkSize: sweepChunkSizeDefault,
+		SweepChunkSize:           sweepChunkSizeDefault,
+		StatementTimeout:         statementTimeoutDefault,
+		IdleInTransactionTimeout: idleInTransactionTimeoutDefault,
 	})
 }
 
@@ -116,6 +140,9 @@ type Store struct {
 	d   *dialect
 	s   *sqlstore.Store
 	q   *querier // db
+	// flavor is what BeginTx found the server to be: flavorUnknown until
+	// its first call.
+	flavor atomic.Int32
 }
 
 var _ server.Store = (*Store)(nil)

@@ -85,11 +85,15 @@ func TestNewMySQLStore_Validate(t *testing.T) {
 	require.ErrorContains(t, err, "db is nil")
 	cfg := (*mysqlstore.Config)(nil).WithDefaults()
 	require.Equal(t, 200, cfg.SweepChunkSize)
+	require.Equal(t, 30*time.Second, cfg.StatementTimeout)
+	require.Equal(t, 60*time.Second, cfg.IdleInTransactionTimeout)
 	db, err := sql.Open("mysql", "root@tcp(127.0.0.1:1)/none")
 	require.NoError(t, err)
 	defer db.Close()
 	_, err = mysqlstore.New(db, &mysqlstore.Config{SweepChunkSize: -1})
 	require.ErrorContains(t, err, "SweepChunkSize")
+	_, err = mysqlstore.New(db, &mysqlstore.Config{IdleInTransactionTimeout: -time.Second})
+	require.ErrorContains(t, err, "IdleInTransactionTimeout")
 }
 
 // Keys, principals and endpoints are compared byte for byte: not by case,
@@ -161,9 +165,15 @@ func TestMySQLStore_TxHandleIsSQLTx(t *testing.T) {
 	require.NoError(t, err)
 	sqlTx, ok := tx.Handle().(*sql.Tx)
 	require.True(t, ok, "Handle: got %T want *sql.Tx", tx.Handle())
-	var lockWait int
-	require.NoError(t, sqlTx.QueryRowContext(b.ctx, "SELECT @@SESSION.innodb_lock_wait_timeout").Scan(&lockWait))
+	var (
+		lockWait, idle int
+		stmt           float64
+	)
+	require.NoError(t, sqlTx.QueryRowContext(b.ctx, "SELECT @@SESSION.innodb_lock_wait_timeout, @@SESSION.max_statement_time, @@SESSION.idle_transaction_timeout").
+		Scan(&lockWait, &stmt, &idle))
 	require.Equal(t, 2, lockWait, "the lock timeout in whole seconds, rounded up")
+	require.Equal(t, 30.0, stmt, "a statement of the transaction cannot run forever (MariaDB)")
+	require.Equal(t, 60, idle, "a transaction left idle is ended by MariaDB")
 	require.NoError(t, tx.Rollback(b.ctx))
 
 	storetest.RunTxEffectRollsBack(t, b.ctx, b.store, func(ctx context.Context, handle any) error {
@@ -181,9 +191,14 @@ func TestMySQLStore_TxHandleIsSQLTx(t *testing.T) {
 		c, err := b.db.Conn(b.ctx)
 		require.NoError(t, err)
 		conns[i] = c
-		var v, global int
-		require.NoError(t, c.QueryRowContext(b.ctx, "SELECT @@SESSION.innodb_lock_wait_timeout, @@GLOBAL.innodb_lock_wait_timeout").Scan(&v, &global))
+		var v, global, idle, idleGlobal int
+		var stmt, stmtGlobal float64
+		require.NoError(t, c.QueryRowContext(b.ctx, "SELECT @@SESSION.innodb_lock_wait_timeout, @@GLOBAL.innodb_lock_wait_timeout,"+
+			" @@SESSION.max_statement_time, @@GLOBAL.max_statement_time, @@SESSION.idle_transaction_timeout, @@GLOBAL.idle_transaction_timeout").
+			Scan(&v, &global, &stmt, &stmtGlobal, &idle, &idleGlobal))
 		require.Equal(t, global, v, "connection %d", i)
+		require.Equal(t, stmtGlobal, stmt, "connection %d", i)
+		require.Equal(t, idleGlobal, idle, "connection %d", i)
 	}
 	for _, c := range conns {
 		require.NoError(t, c.Close())

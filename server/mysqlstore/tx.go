@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,7 +32,53 @@ const (
 	mySetLockWait = "SET @idemkit_lock_wait_timeout = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = %d"
 	// myRestoreLockWait restores the session's innodb_lock_wait_timeout.
 	myRestoreLockWait = "SET SESSION innodb_lock_wait_timeout = @idemkit_lock_wait_timeout"
+
+	// mariaSetTimeouts is mySetLockWait on MariaDB, which also bounds
+	// statements (max_statement_time, %g: seconds) and idle transactions
+	// (idle_transaction_timeout, %d: whole seconds).
+	mariaSetTimeouts = "SET @idemkit_lock_wait_timeout = @@SESSION.innodb_lock_wait_timeout," +
+		" @idemkit_max_statement_time = @@SESSION.max_statement_time," +
+		" @idemkit_idle_transaction_timeout = @@SESSION.idle_transaction_timeout," +
+		" SESSION innodb_lock_wait_timeout = %d, SESSION max_statement_time = %g, SESSION idle_transaction_timeout = %d"
+	mariaRestoreTimeouts = "SET SESSION innodb_lock_wait_timeout = @idemkit_lock_wait_timeout," +
+		" SESSION max_statement_time = @idemkit_max_statement_time," +
+		" SESSION idle_transaction_timeout = @idemkit_idle_transaction_timeout"
 )
+
+// The flavors of server Store.flavor tells apart.
+const (
+	flavorUnknown int32 = iota
+	flavorMySQL
+	flavorMariaDB
+)
+
+// serverFlavor returns whether the server is MariaDB or MySQL, asking it on
+// conn the first time.
+func (s *Store) serverFlavor(ctx context.Context, conn *sql.Conn) (int32, error) {
+	if f := s.flavor.Load(); f != flavorUnknown {
+		return f, nil
+	}
+	var version string
+	if err := conn.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return flavorUnknown, err
+	}
+	f := flavorMySQL
+	if strings.Contains(strings.ToLower(version), "mariadb") {
+		f = flavorMariaDB
+	}
+	s.flavor.Store(f)
+	return f, nil
+}
+
+// setTimeouts returns the statements that set the timeouts of a
+// transaction with lockTimeout on a server of flavor f, and restore them.
+func (s *Store) setTimeouts(f int32, lockTimeout time.Duration) (set, restore string) {
+	if f != flavorMariaDB {
+		return fmt.Sprintf(mySetLockWait, lockWaitSeconds(lockTimeout)), myRestoreLockWait
+	}
+	return fmt.Sprintf(mariaSetTimeouts, lockWaitSeconds(lockTimeout), s.cfg.StatementTimeout.Seconds(),
+		lockWaitSeconds(s.cfg.IdleInTransactionTimeout)), mariaRestoreTimeouts
+}
 
 // lockWaitSeconds is lockTimeout as innodb_lock_wait_timeout takes it:
 // whole seconds, rounded up, at least 1.
@@ -44,10 +91,12 @@ func lockWaitSeconds(lockTimeout time.Duration) int64 {
 // lockTimeout is 0; whole seconds, rounded up, since MySQL counts no
 // finer) and begins a transaction, so a claim that waits longer on a
 // concurrent uncommitted claim of the same scope fails with error 1205,
-// server.ErrInFlight. The handler's statements in the transaction have the
-// same timeout. ctx bounds only the start of the transaction; the caller
-// must end it with Commit or Rollback, which restore the connection's
-// timeout.
+// server.ErrInFlight. On MariaDB it also sets max_statement_time and
+// idle_transaction_timeout (Config.StatementTimeout,
+// Config.IdleInTransactionTimeout). The handler's statements in the
+// transaction have the same timeouts. ctx bounds only the start of the
+// transaction; the caller must end it with Commit or Rollback, which
+// restore the connection's timeouts.
 //
 // Handle returns the *sql.Tx.
 func (s *Store) BeginTx(ctx context.Context, lockTimeout time.Duration) (server.StoreTx, error) {
@@ -61,7 +110,12 @@ func (s *Store) BeginTx(ctx context.Context, lockTimeout time.Duration) (server.
 	if err != nil {
 		return nil, interpretError(err)
 	}
-	if _, err := conn.ExecContext(ctx, fmt.Sprintf(mySetLockWait, lockWaitSeconds(lockTimeout))); err != nil {
+	flavor, err := s.serverFlavor(ctx, conn)
+	if err != nil {
+		return nil, errors.Join(interpretError(err), closeConn(conn))
+	}
+	set, restore := s.setTimeouts(flavor, lockTimeout)
+	if _, err := conn.ExecContext(ctx, set); err != nil {
 		discardConn(conn) // the timeout may or may not have changed
 		return nil, errors.Join(interpretError(err), closeConn(conn))
 	}
@@ -73,7 +127,7 @@ func (s *Store) BeginTx(ctx context.Context, lockTimeout time.Duration) (server.
 		discardConn(conn)
 		return nil, errors.Join(interpretError(err), closeConn(conn))
 	}
-	return &myTx{store: s, conn: conn, tx: tx, q: &querier{q: tx}}, nil
+	return &myTx{store: s, conn: conn, tx: tx, q: &querier{q: tx}, restore: restore}, nil
 }
 
 // myTx is the server.StoreTx of Store.
@@ -82,6 +136,8 @@ type myTx struct {
 	conn  *sql.Conn
 	tx    *sql.Tx
 	q     *querier // tx
+	// restore is the statement that restores the session's timeouts.
+	restore string
 
 	mu   sync.Mutex
 	done bool
@@ -185,7 +241,7 @@ func (t *myTx) end(ctx context.Context, committed bool) error {
 		err = ferr
 	}
 	if err == nil {
-		if _, rerr := t.conn.ExecContext(rctx, myRestoreLockWait); rerr != nil {
+		if _, rerr := t.conn.ExecContext(rctx, t.restore); rerr != nil {
 			err = rerr
 		}
 	}
