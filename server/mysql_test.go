@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -99,55 +100,72 @@ func mwNewMySQLKillTarget(t *testing.T) *mwKillTarget {
 	}}
 }
 
-// When the COMMIT reached MariaDB but its answer was lost, the transaction
-// committed: the middleware must not answer "nothing was applied". It
-// re-reads the record and sends the handler's response, or answers
-// outcome-unknown; a retry with the same key replays.
-func TestTransactionalCommit_LostAnswerIsNotReportedAsRollback_MySQL(t *testing.T) {
-	t.Parallel()
+// mysqlProxyRig is a transactional-mode middleware on MySQL reached
+// through a testmysql.Proxy. Its handler writes one effect on the request's
+// transaction, then calls afterEffect (which breaks the database path) and
+// answers 201.
+type mysqlProxyRig struct {
+	proxy *testmysql.Proxy
+	db    *sql.DB // through the proxy
+	srv   *httptest.Server
+	runs  atomic.Int64
+}
+
+func newMySQLProxyRig(t *testing.T, storeTimeout time.Duration, afterEffect func(*testmysql.Proxy)) *mysqlProxyRig {
+	t.Helper()
 	cfg := testmysql.DatabaseConfig(t)
-	proxy := testmysql.NewProxy(t, cfg.Addr)
+	rig := &mysqlProxyRig{proxy: testmysql.NewProxy(t, cfg.Addr)}
 	proxied := cfg.Clone()
-	proxied.Addr = proxy.Addr()
+	proxied.Addr = rig.proxy.Addr()
 	proxied.Timeout = 2 * time.Second
 	connector, err := mysql.NewConnector(proxied)
 	require.NoError(t, err)
-	db := sql.OpenDB(connector)
-	db.SetMaxOpenConns(4)
-	t.Cleanup(func() { _ = db.Close() })
+	rig.db = sql.OpenDB(connector)
+	rig.db.SetMaxOpenConns(4)
+	t.Cleanup(func() { _ = rig.db.Close() })
 	ctx := context.Background()
-	store, err := mysqlstore.New(db, nil)
+	store, err := mysqlstore.New(rig.db, nil)
 	require.NoError(t, err)
 	require.NoError(t, store.Migrate(ctx))
-	_, err = db.ExecContext(ctx, mwEffectsTableMySQL)
+	_, err = rig.db.ExecContext(ctx, mwEffectsTableMySQL)
 	require.NoError(t, err)
-
-	runs := 0
 	mw, err := server.New(store, &server.Config{PrincipalFunc: mwPrincipal, Mode: server.ModeTransactional,
-		StoreTimeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+		StoreTimeout: storeTimeout, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	require.NoError(t, err)
-	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		runs++
+	rig.srv = httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rig.runs.Add(1)
 		tx, _ := mysqlstore.Tx(r.Context())
 		sc, _ := server.ScopeFromContext(r.Context())
 		if _, err := tx.ExecContext(r.Context(), mwInsertEffectSQLite, sc.Principal, sc.Key, "paid"); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		proxy.DropNextCommitReply()
+		afterEffect(rig.proxy)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
 		_, _ = io.WriteString(w, `{"paid":true}`)
 	})))
-	t.Cleanup(srv.Close)
-	post := func() *mwResponse {
-		return mwPost(t, srv, "/pay", map[string]string{"X-Principal": "alice", server.HeaderKey: "commit-1"}, `{}`)
-	}
+	t.Cleanup(rig.srv.Close)
+	return rig
+}
 
-	first := post()
-	require.Equal(t, 1, proxy.CommitRepliesDropped(), "the proxy dropped the COMMIT's answer")
+func (rig *mysqlProxyRig) post(t *testing.T, key string) *mwResponse {
+	t.Helper()
+	return mwPost(t, rig.srv, "/pay", map[string]string{"X-Principal": "alice", server.HeaderKey: key}, `{}`)
+}
+
+// When the COMMIT reached MariaDB but its answer was lost, the transaction
+// committed: the middleware must not answer "nothing was applied". It
+// re-reads the record and sends the handler's response, or answers
+// outcome-unknown; a retry with the same key replays.
+func TestTransactionalCommit_LostAnswerIsNotReportedAsRollback_MySQL(t *testing.T) {
+	t.Parallel()
+	rig := newMySQLProxyRig(t, 5*time.Second, func(p *testmysql.Proxy) { p.DropNextCommitReply() })
+
+	first := rig.post(t, "commit-1")
+	require.Equal(t, 1, rig.proxy.CommitRepliesDropped(), "the proxy dropped the COMMIT's answer")
 	var effects int
-	require.NoError(t, db.QueryRowContext(ctx, mwCountEffects).Scan(&effects))
+	require.NoError(t, rig.db.QueryRowContext(context.Background(), mwCountEffects).Scan(&effects))
 	require.Equal(t, 1, effects, "the transaction committed")
 	if first.Status == http.StatusServiceUnavailable {
 		first.requireProblem(t, http.StatusServiceUnavailable, wire.ProblemOutcomeUnknown)
@@ -156,8 +174,43 @@ func TestTransactionalCommit_LostAnswerIsNotReportedAsRollback_MySQL(t *testing.
 		require.Equal(t, `{"paid":true}`, string(first.Body))
 	}
 
-	again := post()
+	again := rig.post(t, "commit-1")
 	require.Equal(t, http.StatusCreated, again.Status, "body %s", again.Body)
 	require.Equal(t, "true", again.Header.Get(wire.HeaderReplayed))
-	require.Equal(t, 1, runs)
+	require.EqualValues(t, 1, rig.runs.Load())
+}
+
+// A frozen database path in transactional mode (connections up, nothing
+// moving) after the handler ran: every store call has a deadline, so the
+// request is answered instead of hanging, and never with a replayable
+// success that was not committed.
+func TestTransactional_FrozenDatabaseAnswersInBoundedTime_MySQL(t *testing.T) {
+	t.Parallel()
+	rig := newMySQLProxyRig(t, 300*time.Millisecond, func(p *testmysql.Proxy) { p.Freeze() })
+	res := rig.post(t, "frozen-tx")
+	require.Equal(t, http.StatusServiceUnavailable, res.Status, "body %s", res.Body)
+	rig.proxy.Thaw()
+}
+
+// Connections cut after the handler ran: the request is a 503, nothing
+// was applied, and the retry with the same key runs the handler once the
+// database is back.
+func TestTransactional_CutConnectionsRollBack_MySQL(t *testing.T) {
+	t.Parallel()
+	var cut atomic.Bool
+	rig := newMySQLProxyRig(t, 2*time.Second, func(p *testmysql.Proxy) {
+		if cut.CompareAndSwap(false, true) {
+			p.Cut(0) // the first request only
+		}
+	})
+	res := rig.post(t, "cut-tx")
+	res.requireProblem(t, http.StatusServiceUnavailable, wire.ProblemStoreUnavailable)
+	var effects int
+	require.NoError(t, rig.db.QueryRowContext(context.Background(), mwCountEffects).Scan(&effects))
+	require.Zero(t, effects, "the cut transaction applied nothing")
+
+	again := rig.post(t, "cut-tx")
+	require.Equal(t, http.StatusCreated, again.Status, "body %s", again.Body)
+	require.Empty(t, again.Header.Get(wire.HeaderReplayed))
+	require.EqualValues(t, 2, rig.runs.Load())
 }
