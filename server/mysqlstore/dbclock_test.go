@@ -56,3 +56,36 @@ func TestMySQLStore_DatabaseClockDecides(t *testing.T) {
 	require.NoError(t, err)
 	require.WithinDuration(t, time.Now().Add(time.Hour), rec.LockedUntil, 30*time.Second)
 }
+
+// The store's times do not depend on the session's time zone nor on the
+// DSN's parseTime and loc: times are written and read in UTC, as text.
+func TestMySQLStore_TimeZoneIndependent(t *testing.T) {
+	t.Parallel()
+	ctx := storetest.Context(t)
+	cfg := testmysql.DatabaseConfig(t)
+	cfg.ParseTime = true
+	cfg.Loc = time.FixedZone("UTC-7", -7*3600)
+	cfg.Params = map[string]string{"time_zone": "'+05:00'"}
+	db := openPool(t, cfg)
+	store, err := mysqlstore.New(db, nil)
+	require.NoError(t, err)
+	require.NoError(t, store.Migrate(ctx))
+
+	now := time.Now()
+	sc := server.Scope{Principal: "p", Endpoint: "e", Key: "tz"}
+	res, err := store.Claim(ctx, server.ClaimRequest{Scope: sc, Fingerprint: []byte{1}, FingerprintVersion: 1,
+		Now: now, ExpiresAt: now.Add(time.Hour), LockedUntil: now.Add(time.Minute)})
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	rec, err := store.Get(ctx, sc, now)
+	require.NoError(t, err)
+	require.WithinDuration(t, now, rec.CreatedAt, 30*time.Second, "created_at is the database's UTC clock, whatever the session's zone")
+	require.WithinDuration(t, now.Add(time.Hour), rec.ExpiresAt, 30*time.Second)
+	require.Equal(t, time.UTC, rec.CreatedAt.Location())
+	require.NoError(t, store.Complete(ctx, sc, res.Token, now, &server.StoredResponse{Status: 201}))
+	st, err := store.Stats(ctx, now)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Rows)
+	require.Zero(t, st.Expired)
+	require.WithinDuration(t, now, st.OldestCreatedAt, 30*time.Second)
+}
