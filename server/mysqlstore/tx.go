@@ -215,7 +215,7 @@ func (t *myTx) Rollback(ctx context.Context) error {
 }
 
 // end ends the transaction, by COMMIT (already sent: committed is true) or
-// ROLLBACK, restores the connection's innodb_lock_wait_timeout and gives
+// ROLLBACK, restores the connection's timeouts and gives
 // the connection back to the pool, or closes it when its state is unknown.
 // Each statement is bounded by ctx's deadline or rollbackTimeout, not by
 // ctx's cancellation.
