@@ -121,6 +121,8 @@ func TestMySQLStore_ScopesAreBytes(t *testing.T) {
 		{Principal: "p", Endpoint: "e", Key: "é"},
 		{Principal: "p", Endpoint: "e", Key: "e\u0301"},
 		{Principal: "p", Endpoint: "e", Key: "🔑"},
+		{Principal: "p", Endpoint: "e", Key: "k\x00"},
+		{Principal: "p", Endpoint: "e", Key: "\xff\xfe"},
 		{Principal: "p", Endpoint: "e", Key: strings.Repeat("x", 255)},
 		{Principal: strings.Repeat("p", 512), Endpoint: strings.Repeat("e", 512), Key: "k"},
 	} {
