@@ -537,6 +537,9 @@ func TestOutcome_LeaseTakeover(t *testing.T) {
 func TestOutcome_CommitFailureRollsBack(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, kind string) {
+		if kind == mwMySQL {
+			return // MySQL checks every constraint at its statement: no COMMIT fails on one
+		}
 		b := mwSetup(t, kind, server.ModeTransactional, nil)
 		ctx := context.Background()
 		var insertOrphan string

@@ -38,7 +38,7 @@ const mwChildEnv = "IDEMKIT_KILL_CHILD"
 
 // mwChildSpec configures a child server.
 type mwChildSpec struct {
-	Store      string        `json:"store"`  // mwSQLite or mwPostgres
+	Store      string        `json:"store"`  // mwSQLite, mwPostgres or mwMySQL
 	Target     string        `json:"target"` // SQLite path or PostgreSQL DSN
 	Mode       server.Mode   `json:"mode"`
 	Lease      time.Duration `json:"lease"`
@@ -134,6 +134,11 @@ func mwRunChild(spec mwChildSpec) error {
 				return err
 			}
 			_, err := pool.Exec(r.Context(), mwInsertEffectPostgres, sc.Principal, sc.Key, body)
+			return err
+		}
+	case mwMySQL:
+		var err error
+		if store, insert, err = mwMySQLChild(ctx, spec.Target); err != nil {
 			return err
 		}
 	default:
@@ -277,6 +282,8 @@ func mwNewKillTarget(t *testing.T, kind string) *mwKillTarget {
 			require.NoError(t, db.QueryRow(query).Scan(&n))
 			return n
 		}}
+	case mwMySQL:
+		return mwNewMySQLKillTarget(t)
 	default:
 		dsn := testpg.SchemaDSN(t)
 		return &mwKillTarget{kind: kind, target: dsn, count: func(t *testing.T, query string) int {

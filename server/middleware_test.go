@@ -35,7 +35,7 @@ const (
 	mwPostgres = "Postgres"
 )
 
-var mwStoreKinds = []string{mwSQLite, mwPostgres}
+var mwStoreKinds = []string{mwSQLite, mwPostgres, mwMySQL}
 
 var mwModes = []server.Mode{server.ModeLease, server.ModeTransactional}
 
@@ -62,7 +62,7 @@ func (c *mwClock) Advance(d time.Duration) {
 type mwStore struct {
 	kind  string
 	store server.Store
-	db    *sql.DB       // SQLite
+	db    *sql.DB       // SQLite, MySQL
 	path  string        // SQLite file
 	pool  *pgxpool.Pool // PostgreSQL
 }
@@ -91,6 +91,8 @@ func mwNewStore(t testing.TB, kind string) *mwStore {
 		_, err := pool.Exec(ctx, mwEffectsTablePostgres)
 		require.NoError(t, err)
 		return &mwStore{kind: kind, store: st, pool: pool}
+	case mwMySQL:
+		return mwNewMySQLStore(t, ctx)
 	default:
 		t.Fatalf("unknown store kind %q", kind)
 		return nil
@@ -110,7 +112,7 @@ func mwNewPostgresStore(t testing.TB, ctx context.Context, pool *pgxpool.Pool) s
 const (
 	mwEffectsTableSQLite   = `CREATE TABLE effects (principal TEXT NOT NULL, key TEXT NOT NULL, body TEXT NOT NULL) STRICT`
 	mwEffectsTablePostgres = `CREATE TABLE effects (principal text NOT NULL, key text NOT NULL, body text NOT NULL)`
-	mwInsertEffectSQLite   = `INSERT INTO effects (principal, key, body) VALUES (?, ?, ?)`
+	mwInsertEffectSQLite   = "INSERT INTO effects (principal, `key`, body) VALUES (?, ?, ?)" // SQLite and MySQL
 	mwInsertEffectPostgres = `INSERT INTO effects (principal, key, body) VALUES ($1, $2, $3)`
 	mwCountEffects         = `SELECT count(*) FROM effects`
 	mwCountRecords         = `SELECT count(*) FROM idempotency_keys`

@@ -112,6 +112,9 @@ func (d *demo) startServer(ctx context.Context) error {
 	args := []string{"--delay", d.o.delay.String()}
 	if d.o.dsn != "" {
 		backend = "PostgreSQL"
+		if strings.HasPrefix(d.o.dsn, "mysql://") || strings.HasPrefix(d.o.dsn, "mariadb://") {
+			backend = "MySQL/MariaDB"
+		}
 		args = append(args, "--dsn", d.o.dsn)
 	} else {
 		args = append(args, "--db", filepath.Join(d.dir, "payments.db"))

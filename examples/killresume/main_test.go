@@ -25,6 +25,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/testmysql"
 	"github.com/idemkit/idemkit/internal/testpg"
 )
 
@@ -165,6 +166,7 @@ func TestDemo(t *testing.T) {
 	}{
 		{"sqlite", func(*testing.T) []string { return nil }},
 		{"postgres", func(t *testing.T) []string { return []string{"--dsn", testpg.SchemaDSN(t)} }},
+		{"mysql", func(t *testing.T) []string { return []string{"--dsn", testmysql.URL(t)} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -3,10 +3,11 @@
 // Idempotency-Key, and the payment row and the idempotency record commit in
 // one transaction.
 //
-//	go run ./examples/payments [--addr 127.0.0.1:8080] [--dsn postgres://...] [--db FILE] [--window 24h] [--delay 0s]
+//	go run ./examples/payments [--addr 127.0.0.1:8080] [--dsn postgres://...|mysql://...] [--db FILE] [--window 24h] [--delay 0s]
 //
 // Without --dsn it keeps everything in the SQLite file --db and needs nothing
-// installed; with --dsn it uses PostgreSQL. Once it accepts connections it
+// installed; with --dsn it uses PostgreSQL (postgres://...) or MySQL/MariaDB
+// (mysql://user:pass@host:port/db). Once it accepts connections it
 // prints one line on stdout, "listening on http://HOST:PORT", which other
 // tools parse (use --addr 127.0.0.1:0 for a free port). Logs go to stderr.
 // SIGINT or SIGTERM shut it down gracefully. See README.md.
@@ -72,7 +73,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("payments", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.addr, "addr", o.addr, "listen address; 127.0.0.1:0 picks a free port")
-	fs.StringVar(&o.cfg.DSN, "dsn", o.cfg.DSN, "PostgreSQL DSN (postgres://...); without it the SQLite file --db is used")
+	fs.StringVar(&o.cfg.DSN, "dsn", o.cfg.DSN, "PostgreSQL DSN (postgres://...) or MySQL/MariaDB DSN (mysql://user:pass@host:port/db); without it the SQLite file --db is used")
 	fs.StringVar(&o.cfg.DB, "db", o.cfg.DB, "SQLite database file, created if missing (ignored with --dsn)")
 	fs.DurationVar(&o.cfg.Window, "window", o.cfg.Window, "idempotency window: how long a key is remembered and replayed")
 	fs.DurationVar(&o.cfg.Delay, "delay", o.cfg.Delay, "hold each payment handler this long before the payment is made")

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/paymentsapi"
+	"github.com/idemkit/idemkit/internal/testmysql"
 	"github.com/idemkit/idemkit/internal/testpg"
 	"github.com/idemkit/idemkit/internal/wire"
 )
@@ -133,6 +134,8 @@ func TestBinary(t *testing.T) {
 	}{
 		{"sqlite", func(t *testing.T) []string { return []string{"--db", filepath.Join(t.TempDir(), "payments.db")} }},
 		{"postgres", func(t *testing.T) []string { return []string{"--dsn", testpg.SchemaDSN(t)} }},
+		{"mysql", func(t *testing.T) []string { return []string{"--dsn", testmysql.URL(t)} }},
+		{"mysql/lease", func(t *testing.T) []string { return []string{"--dsn", testmysql.URL(t), "--mode", "lease"} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idemkit/internal/testmysql"
 	"github.com/idemkit/idemkit/internal/testpg"
 	"github.com/idemkit/idemkit/internal/wire"
 )
@@ -127,6 +128,9 @@ var backendCases = []backendCase{
 	}},
 	{"postgres", func(t *testing.T) *Config {
 		return &Config{DSN: testpg.SchemaDSN(t), SweepInterval: -1}
+	}},
+	{"mysql", func(t *testing.T) *Config {
+		return &Config{DSN: testmysql.URL(t), SweepInterval: -1}
 	}},
 }
 

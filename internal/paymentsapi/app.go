@@ -23,7 +23,7 @@ type App struct {
 	cfg      *Config
 	handler  http.Handler
 	handlers *handlers
-	backend  string // "sqlite" or "postgres"
+	backend  string // "sqlite", "postgres" or "mysql"
 
 	stop      context.CancelFunc // cancels handlers.stopping
 	sweeper   *sweeper.Sweeper
@@ -52,7 +52,15 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 
 	var store server.Store
 	var l ledger
-	if cfg.DSN != "" {
+	if isMySQLDSN(cfg.DSN) {
+		a.backend = "mysql"
+		st, d, closeFunc, err := openMySQL(ctx, cfg.DSN)
+		if err != nil {
+			return nil, err
+		}
+		a.closers = append(a.closers, closeFunc)
+		store, l = st, ledger{d: d}
+	} else if cfg.DSN != "" {
 		a.backend = "postgres"
 		pcfg, err := pgxpool.ParseConfig(cfg.DSN)
 		if err != nil {
@@ -136,7 +144,7 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 // middleware) and GET /v1/payments.
 func (a *App) Handler() http.Handler { return a.handler }
 
-// Backend returns "sqlite" or "postgres".
+// Backend returns "sqlite", "postgres" or "mysql".
 func (a *App) Backend() string { return a.backend }
 
 // Config returns the configuration the App runs with, defaults filled in.

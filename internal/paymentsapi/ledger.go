@@ -13,7 +13,7 @@ import (
 // (dialect.migrations), applied by internal/migrate and recorded in the table
 // payments_migrations.
 //
-//go:embed migrations/sqlite/*.sql migrations/postgres/*.sql
+//go:embed migrations/sqlite/*.sql migrations/postgres/*.sql migrations/mysql/*.sql
 var migrationFS embed.FS
 
 // migrationsTable records the applied payments migrations, next to the

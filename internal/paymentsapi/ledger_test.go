@@ -19,6 +19,8 @@ func execSQL(t *testing.T, l ledger, q string) {
 		_, err = d.pool.Exec(t.Context(), q)
 	case sqliteDialect:
 		_, err = d.db.ExecContext(t.Context(), q)
+	case myDialect:
+		_, err = d.db.ExecContext(t.Context(), q)
 	default:
 		t.Fatalf("unknown dialect %T", l.d)
 	}

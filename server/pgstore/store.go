@@ -102,12 +102,13 @@ var (
 )
 
 func init() {
+	prev := sqlstore.CallerClock // another driver's, when both are linked
 	sqlstore.CallerClock = func(st server.Store) bool {
-		s, ok := st.(*Store)
-		if ok {
+		if s, ok := st.(*Store); ok {
 			s.d.callerClock = true
+			return true
 		}
-		return ok
+		return prev != nil && prev(st)
 	}
 }
 

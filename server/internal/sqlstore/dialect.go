@@ -92,7 +92,8 @@ type EncodedResponse struct {
 }
 
 // CallerClock, set by a driver package whose stores decide by the
-// database's clock (pgstore, in init), makes such a store decide leases and
+// database's clock (pgstore, mysqlstore, in init; each calls the one it
+// replaced for stores not its own), makes such a store decide leases and
 // expiry by the times its callers pass instead, and reports whether st was
 // one. Only tests call it, to move time; production stores never do.
 var CallerClock func(st server.Store) bool

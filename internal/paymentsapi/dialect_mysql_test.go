@@ -1,0 +1,37 @@
+package paymentsapi
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestMySQLConfig(t *testing.T) {
+	t.Parallel()
+	cfg, maxConns, err := mysqlConfig("mysql://app:s%3Acret@db.internal/payments")
+	require.NoError(t, err)
+	require.Equal(t, "app", cfg.User)
+	require.Equal(t, "s:cret", cfg.Passwd)
+	require.Equal(t, "db.internal:3306", cfg.Addr, "the port defaults to 3306")
+	require.Equal(t, "payments", cfg.DBName)
+	require.True(t, cfg.InterpolateParams)
+	require.Equal(t, 30*time.Second, cfg.ReadTimeout, "a frozen path cannot hold a request forever")
+	require.Equal(t, myPoolMaxConnsDefault, maxConns)
+
+	cfg, maxConns, err = mysqlConfig("mysql://root@127.0.0.1:3307/test?readTimeout=5s&pool_max_conns=4")
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:3307", cfg.Addr)
+	require.Equal(t, 5*time.Second, cfg.ReadTimeout, "the driver's own parameters")
+	require.Equal(t, 4, maxConns)
+
+	for _, bad := range []string{"mysql://root@127.0.0.1:3306", "mysql://root@127.0.0.1/test?pool_max_conns=0", "mysql://[::1"} {
+		_, _, err := mysqlConfig(bad)
+		require.Error(t, err, "dsn %q", bad)
+	}
+	_, _, err = mysqlConfig("mysql://root:hunter2@127.0.0.1:3306")
+	require.NotContains(t, err.Error(), "hunter2", "the password stays out of the error")
+	require.True(t, isMySQLDSN("mysql://x/y"))
+	require.True(t, isMySQLDSN("mariadb://x/y"))
+	require.False(t, isMySQLDSN("postgres://x/y"))
+}
