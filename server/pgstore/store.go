@@ -201,10 +201,16 @@ func (s *Store) PrincipalUsage(ctx context.Context, principal string, now time.T
 	return s.s.PrincipalUsage(ctx, s.q, principal, now)
 }
 
-// Stats returns the size of the store at now (see server.StoreStats). It
-// scans the table: call it at metrics-scrape intervals, not per request.
+// Stats returns the size and health of the store at now (see
+// server.StoreStats). It scans the table twice: call it at metrics-scrape
+// intervals, not per request.
 func (s *Store) Stats(ctx context.Context, now time.Time) (server.StoreStats, error) {
-	return s.s.Stats(ctx, s.q, now)
+	st, err := s.s.Stats(ctx, s.q, now)
+	if err != nil {
+		return server.StoreStats{}, err
+	}
+	st.StoreHealth, err = s.health(ctx, now)
+	return st, err
 }
 
 // migrations holds the versioned schema, NNN_description.up.sql, applied
