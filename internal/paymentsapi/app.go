@@ -25,10 +25,13 @@ type App struct {
 	handlers *handlers
 	backend  string // "sqlite" or "postgres"
 
-	stop      context.CancelFunc // cancels handlers.stopping
-	sweeper   *sweeper.Sweeper
-	closers   []func()
-	closeOnce sync.Once
+	stop    context.CancelFunc // cancels handlers.stopping
+	sweeper *sweeper.Sweeper
+	// registerStore registers the store's metrics once the sweeper runs;
+	// nil without Config.Metrics.
+	registerStore func() error
+	closers       []func()
+	closeOnce     sync.Once
 }
 
 // poolMaxConnsDefault is the PostgreSQL pool size unless the DSN sets
@@ -113,13 +116,17 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 		newIDFunc:         newPaymentID,
 		onChargeStart:     cfg.OnChargeStartFunc,
 	}
+	onEvent, err := a.metrics(store, a.handlers.logEvent)
+	if err != nil {
+		return nil, err
+	}
 	mw, err := server.New(store, &server.Config{
 		PrincipalFunc: bearerAccount,
 		Mode:          cfg.serverMode(),
 		Window:        cfg.Window,
 		LeaseDuration: cfg.LeaseDuration,
 		LockTimeout:   cfg.LockTimeout,
-		OnEventFunc:   a.handlers.logEvent,
+		OnEventFunc:   onEvent,
 		Logger:        cfg.Logger,
 	})
 	if err != nil {
@@ -128,6 +135,11 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 	a.handler = a.handlers.routes(mw)
 	if cfg.SweepInterval > 0 {
 		a.sweeper = sweeper.Start(store, &sweeper.Config{Interval: cfg.SweepInterval, Logger: cfg.Logger})
+	}
+	if a.registerStore != nil {
+		if err := a.registerStore(); err != nil {
+			return nil, err
+		}
 	}
 	return a, nil
 }
