@@ -209,3 +209,9 @@ func TestPostgresStore_PoolStats(t *testing.T) {
 	require.Equal(t, int64(b.pool.Config().MaxConns), st.MaxConns)
 	require.Equal(t, int64(1), st.InUse)
 }
+
+func TestPostgresStore_InFlight(t *testing.T) {
+	t.Parallel()
+	b := setupPostgres(t)
+	storetest.RunInFlight(t, b.ctx, b.store)
+}

@@ -308,3 +308,9 @@ func TestStore_PoolStats(t *testing.T) {
 	require.Equal(t, int64(7), st.MaxConns)
 	require.Equal(t, int64(1), st.InUse)
 }
+
+func TestStore_InFlight(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	storetest.RunInFlight(t, b.ctx, b.store)
+}
