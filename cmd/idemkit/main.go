@@ -209,6 +209,7 @@ create it; the other commands report "no queue at PATH".
 		}
 		c.Long = long + "\n\n" + exitHelp
 	}
+	root.AddCommand(newStoreCmd(e, g)) // after the loop: the store commands document their own exit statuses
 	return root
 }
 
