@@ -87,6 +87,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.cfg.LeaseDuration, "lease", o.cfg.LeaseDuration, "lease mode: how long a claim holds before a retry may take it over (0: 30s, capped at half the window)")
 	fs.DurationVar(&o.sweep, "sweep", o.sweep, "interval of the sweeper that deletes expired idempotency records (0: no sweeper)")
 	fs.BoolVar(&o.cfg.AbortOnDisconnect, "abort-on-disconnect", o.cfg.AbortOnDisconnect, "give up (and roll back) a payment when its client disconnects; by default it is finished anyway")
+	fs.BoolVar(&o.cfg.LogIdentifiers, "log-identifiers", o.cfg.LogIdentifiers, "log idempotency keys and accounts as they are (by default they are hashed)")
 	fs.BoolVar(&o.metrics, "metrics", o.metrics, "serve Prometheus metrics on GET /metrics (the middleware's counters, the store's health)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err

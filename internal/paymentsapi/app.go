@@ -3,6 +3,7 @@ package paymentsapi
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idemkit/internal/redact"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/pgstore"
 	"github.com/idemkit/idemkit/server/sqlitestore"
@@ -45,6 +47,9 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if !cfg.LogIdentifiers {
+		cfg.Logger = slog.New(redact.Handler(cfg.Logger.Handler(), "key", "principal"))
 	}
 	a := &App{cfg: cfg}
 	defer func() {

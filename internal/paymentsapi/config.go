@@ -93,6 +93,13 @@ type Config struct {
 	// slog.Default().
 	Logger *slog.Logger
 
+	// LogIdentifiers logs idempotency keys and principals (the account,
+	// which is the bearer token in this demo) as they are. Otherwise every
+	// log attribute named key or principal, the middleware's included, is
+	// replaced by its hash (internal/redact.Hash, the form `idemkit store
+	// inflight` prints). Defaults to false.
+	LogIdentifiers bool
+
 	// Metrics, if set, receives the API's Prometheus metrics (package
 	// server/prommetrics, with the label store set to the backend): the
 	// middleware's counters and the store's health, its sweeper's
