@@ -163,6 +163,14 @@ func (s *Store) migratePartitioned(ctx context.Context) error {
 	return err
 }
 
+// pgPartitionBounds lists the partitions with the ends of their ranges,
+// NULL for MINVALUE and MAXVALUE.
+const pgPartitionBounds = `SELECT c.relname,
+    (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''([^'']+)''\)'))[1]::timestamptz,
+    (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']+)''\)'))[1]::timestamptz
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'idempotency_keys'::regclass`
+
 // PartitionReport is what MaintainPartitions did.
 type PartitionReport struct {
 	// Created and Dropped name the partitions created and dropped.
@@ -206,27 +214,32 @@ func (s *Store) MaintainPartitions(ctx context.Context, now time.Time) (Partitio
 	}
 	existing := map[string]bool{}
 	type partition struct {
-		name string
-		to   time.Time
+		name     string
+		from, to time.Time // from is zero for MINVALUE
 	}
 	var ranged []partition
-	rows, err := s.pool.Query(ctx, `SELECT c.relname, pg_get_expr(c.relpartbound, c.oid)
-FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-WHERE i.inhparent = 'idempotency_keys'::regclass`)
+	rows, err := s.pool.Query(ctx, pgPartitionBounds)
 	if err != nil {
 		return rep, interpretError(err)
 	}
 	for rows.Next() {
-		var name, bound string
-		if err := rows.Scan(&name, &bound); err != nil {
+		var (
+			name     string
+			from, to *time.Time
+		)
+		if err := rows.Scan(&name, &from, &to); err != nil {
 			rows.Close()
 			return rep, interpretError(err)
 		}
 		existing[name] = true
-		var to time.Time
-		if err := s.pool.QueryRow(ctx, `SELECT (regexp_match($1, 'TO \(''([^'']+)''\)'))[1]::timestamptz`, bound).Scan(&to); err == nil {
-			ranged = append(ranged, partition{name, to})
+		p := partition{name: name}
+		if from != nil {
+			p.from = from.UTC()
 		}
+		if to != nil {
+			p.to = to.UTC()
+		}
+		ranged = append(ranged, p)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -241,6 +254,15 @@ WHERE i.inhparent = 'idempotency_keys'::regclass`)
 		if existing[name] {
 			continue
 		}
+		overlaps := false
+		for _, p := range ranged {
+			if !p.to.IsZero() && p.from.Before(day.AddDate(0, 0, 1)) && p.to.After(day) {
+				overlaps = true // a partition converted from a plain table covers it
+			}
+		}
+		if overlaps {
+			continue
+		}
 		if err := s.createPartition(ctx, name, day, day.AddDate(0, 0, 1)); err != nil {
 			errs = append(errs, fmt.Errorf("create partition %s: %w", name, err))
 			continue
@@ -248,7 +270,7 @@ WHERE i.inhparent = 'idempotency_keys'::regclass`)
 		rep.Created = append(rep.Created, name)
 	}
 	for _, p := range ranged {
-		if p.to.After(cutoff) {
+		if p.to.IsZero() || p.to.After(cutoff) {
 			continue
 		}
 		n, dropped, err := s.dropPartition(ctx, p.name, cutoff)

@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -155,4 +156,96 @@ func TestPartitionedStore_DropsOnlyExpiredPartitions(t *testing.T) {
 	var part string
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT tableoid::regclass::text FROM idempotency_keys WHERE key = 'day2-expired'`).Scan(&part))
 	require.Equal(t, name(today), part)
+}
+
+// A plain table with rows is converted online: a store with Partitioned on
+// claims on the plain table first (Migrate leaves it plain); while claims
+// run, ConvertToPartitioned swaps the table; every record made before is
+// still replayed, new claims go on, and the days after the cutover get
+// their partitions.
+func TestPartitionedStore_ConvertOnline(t *testing.T) {
+	t.Parallel()
+	ctx := storetest.Context(t)
+	dsn := testpg.SchemaDSN(t)
+	pool, err := pgxpool.New(ctx, dsn)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	plain, err := pgstore.New(pool, nil)
+	require.NoError(t, err)
+	require.NoError(t, plain.Migrate(ctx))
+	claim := func(st *pgstore.Store, key string) server.ClaimResult {
+		now := time.Now()
+		res, err := st.Claim(ctx, server.ClaimRequest{
+			Scope:       server.Scope{Principal: "p", Endpoint: "*", Key: key},
+			Fingerprint: []byte{1}, FingerprintVersion: 1, Now: now, ExpiresAt: now.Add(time.Hour), LockedUntil: now.Add(time.Minute),
+		})
+		require.NoError(t, err, key)
+		return res
+	}
+	for i := range 20 {
+		require.True(t, claim(plain, fmt.Sprint("before-", i)).Acquired)
+	}
+
+	part, err := pgstore.New(pool, &pgstore.Config{Partitioned: true})
+	require.NoError(t, err)
+	require.NoError(t, part.Migrate(ctx))
+	var kind string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT relkind::text FROM pg_class WHERE oid = 'idempotency_keys'::regclass`).Scan(&kind))
+	require.Equal(t, "r", kind, "Migrate leaves a plain table with rows plain")
+	require.True(t, claim(part, "rollout").Acquired, "the partitioned store's claims work on the plain table")
+	require.False(t, claim(part, "before-0").Acquired, "and see its rows")
+
+	// Claims run while the table is converted.
+	stop := make(chan struct{})
+	done := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				done <- n
+				return
+			default:
+			}
+			now := time.Now()
+			res, err := part.Claim(ctx, server.ClaimRequest{
+				Scope:       server.Scope{Principal: "p", Endpoint: "*", Key: fmt.Sprint("during-", n)},
+				Fingerprint: []byte{1}, FingerprintVersion: 1, Now: now, ExpiresAt: now.Add(time.Hour), LockedUntil: now.Add(time.Minute),
+			})
+			if err != nil || !res.Acquired {
+				t.Errorf("during-%d: acquired %v, error %v", n, res.Acquired, err)
+				done <- n
+				return
+			}
+			n++
+		}
+	}()
+	convErr := part.ConvertToPartitioned(ctx)
+	close(stop)
+	during := <-done
+	require.NoError(t, convErr)
+	require.Positive(t, during, "claims ran during the conversion")
+
+	require.NoError(t, pool.QueryRow(ctx, `SELECT relkind::text FROM pg_class WHERE oid = 'idempotency_keys'::regclass`).Scan(&kind))
+	require.Equal(t, "p", kind)
+	for i := range 20 {
+		res := claim(part, fmt.Sprint("before-", i))
+		require.False(t, res.Acquired, "a record made before the conversion is still live")
+	}
+	for i := range during {
+		require.False(t, claim(part, fmt.Sprint("during-", i)).Acquired)
+	}
+	require.True(t, claim(part, "after").Acquired)
+	var rows int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys`).Scan(&rows))
+	require.Equal(t, 20+1+during+1, rows)
+	names := map[string]bool{}
+	for _, n := range partitions(t, &postgresBundle{ctx: ctx, pool: pool}) {
+		names[n] = true
+	}
+	require.True(t, names["idempotency_keys_legacy"], "the old table is a partition")
+	var cutover time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' + interval '2 days'`).Scan(&cutover))
+	require.True(t, names["idempotency_keys_p"+cutover.UTC().Format("20060102")], "the first day after the cutover has its partition: %v", names)
+	require.NoError(t, part.ConvertToPartitioned(ctx), "converting twice does nothing")
 }
