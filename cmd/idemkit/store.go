@@ -32,6 +32,8 @@ const storeExitHelp = `Exit status:
 type storeFlags struct {
 	dsn string
 	db  string
+	// partitioned is migrate --partitioned.
+	partitioned bool
 }
 
 // opsStore is what the store commands use of pgstore.Store and
@@ -43,10 +45,11 @@ type opsStore interface {
 	InFlight(ctx context.Context, now time.Time, olderThan time.Duration, limit int) ([]server.Record, error)
 }
 
-// openedStore is a store and what closes its database; pool is set on
-// PostgreSQL.
+// openedStore is a store and what closes its database; pg and pool are
+// set on PostgreSQL.
 type openedStore struct {
 	store opsStore
+	pg    *pgstore.Store
 	pool  *pgxpool.Pool
 	close func()
 }
@@ -61,12 +64,12 @@ func (f *storeFlags) open(ctx context.Context, readOnly bool) (*openedStore, err
 	case f.dsn == "" && f.db == "":
 		return nil, usagef("give --dsn postgres://... or --db FILE")
 	case f.dsn != "":
-		return openPostgres(ctx, f.dsn, readOnly)
+		return openPostgres(ctx, f.dsn, readOnly, f.partitioned)
 	}
 	return openSQLite(ctx, f.db, readOnly)
 }
 
-func openPostgres(ctx context.Context, dsn string, readOnly bool) (*openedStore, error) {
+func openPostgres(ctx context.Context, dsn string, readOnly, partitioned bool) (*openedStore, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, usagef("--dsn: %v", err)
@@ -85,12 +88,16 @@ func openPostgres(ctx context.Context, dsn string, readOnly bool) (*openedStore,
 		}
 		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
-	st, err := pgstore.New(pool, nil)
+	// A partitioned table is handled as a Config.Partitioned store would:
+	// its sweep maintains partitions rather than deleting rows.
+	var kind string
+	_ = pool.QueryRow(ctx, `SELECT relkind::text FROM pg_class WHERE oid = to_regclass('idempotency_keys')`).Scan(&kind)
+	st, err := pgstore.New(pool, &pgstore.Config{Partitioned: kind == "p" || partitioned})
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
-	return &openedStore{store: st, pool: pool, close: pool.Close}, nil
+	return &openedStore{store: st, pg: st, pool: pool, close: pool.Close}, nil
 }
 
 func openSQLite(ctx context.Context, path string, readOnly bool) (*openedStore, error) {

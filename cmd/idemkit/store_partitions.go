@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -25,19 +26,41 @@ WHERE i.inhparent = 'idempotency_keys'::regclass
 ORDER BY c.relname`
 
 func newStorePartitionsCmd(e *env, g *globals, f *storeFlags) *cobra.Command {
-	return &cobra.Command{
-		Use:   "partitions (--dsn DSN | --db FILE) [--json]",
-		Short: "List the idempotency table's partitions (read-only)",
+	var (
+		maintain bool
+		grace    time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "partitions (--dsn DSN | --db FILE) [--maintain [--grace DUR]] [--json]",
+		Short: "List the idempotency table's partitions (read-only unless --maintain)",
 		Long: `List the partitions of a partitioned idempotency table (PostgreSQL) with their bounds,
 estimated rows and bytes. A plain table (and every SQLite store) has none: its expired rows are
-deleted by the sweeper. With --json, one object: {"partitioned": bool, "partitions": [...]}.`,
+deleted by the sweeper. With --json, one object: {"partitioned": bool, "partitions": [...]}
+(with --maintain also "created", "dropped" and "dropped_rows").
+
+--maintain (writes) does what the sweeper does on a partitioned table: creates the partitions
+of the coming days and drops those whose rows all expired at least --grace ago.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o, err := f.open(cmd.Context(), true)
+			if grace < 0 {
+				return usagef("--grace must not be negative, got %v", grace)
+			}
+			o, err := f.open(cmd.Context(), !maintain)
 			if err != nil {
 				return err
 			}
 			defer o.close()
+			out := map[string]any{}
+			if maintain && o.pg != nil {
+				rep, err := o.pg.MaintainPartitions(cmd.Context(), time.Now().Add(-grace))
+				if err != nil {
+					return err
+				}
+				out["created"], out["dropped"], out["dropped_rows"] = nonNil(rep.Created), nonNil(rep.Dropped), rep.DroppedRows
+				if !g.json {
+					fmt.Fprintf(e.stdout, "created %d partitions, dropped %d (%d rows)\n", len(rep.Created), len(rep.Dropped), rep.DroppedRows)
+				}
+			}
 			parts := []partitionJSON{}
 			partitioned := false
 			if o.pool != nil {
@@ -64,7 +87,8 @@ deleted by the sweeper. With --json, one object: {"partitioned": bool, "partitio
 				}
 			}
 			if g.json {
-				return storeJSON(e.stdout, map[string]any{"partitioned": partitioned, "partitions": parts})
+				out["partitioned"], out["partitions"] = partitioned, parts
+				return storeJSON(e.stdout, out)
 			}
 			if !partitioned {
 				fmt.Fprintln(e.stdout, "idempotency_keys is not partitioned: the sweeper deletes its expired rows")
@@ -78,4 +102,15 @@ deleted by the sweeper. With --json, one object: {"partitioned": bool, "partitio
 			return tw.Flush()
 		},
 	}
+	cmd.Flags().BoolVar(&maintain, "maintain", false, "create the coming days' partitions and drop expired ones (writes)")
+	cmd.Flags().DurationVar(&grace, "grace", time.Minute, "with --maintain: drop only partitions whose rows all expired at least this long ago")
+	return cmd
+}
+
+// nonNil is s, or an empty slice for nil (JSON [] rather than null).
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }

@@ -259,3 +259,37 @@ func TestStore_Errors(t *testing.T) {
 	_, err := os.Stat(missing)
 	require.True(t, os.IsNotExist(err), "a read command created %s", missing)
 }
+
+// store migrate --partitioned creates the partitioned table on a fresh
+// PostgreSQL schema with the partitions of today to a week ahead;
+// partitions lists them (read-only) and --maintain has nothing to do.
+func TestStore_Partitioned(t *testing.T) {
+	t.Parallel()
+	dsn := testpg.SchemaDSN(t)
+	env := binEnv(t)
+	r := runBin(t, env, "", "store", "migrate", "--partitioned", "--dsn", dsn)
+	require.Equal(t, 0, r.code, "migrate: %s", r.stderr)
+
+	var got struct {
+		Partitioned bool
+		Partitions  []partitionJSON
+		Created     []string
+		Dropped     []string
+	}
+	r = runBin(t, env, "", "store", "partitions", "--json", "--dsn", dsn)
+	require.Equal(t, 0, r.code, "partitions: %s", r.stderr)
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got))
+	require.True(t, got.Partitioned)
+	require.Len(t, got.Partitions, 8, "today and 7 days ahead")
+	require.Contains(t, got.Partitions[1].Bound, "FOR VALUES FROM")
+
+	r = runBin(t, env, "", "store", "partitions", "--maintain", "--json", "--dsn", dsn)
+	require.Equal(t, 0, r.code, "partitions --maintain: %s", r.stderr)
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got))
+	require.Empty(t, got.Created)
+	require.Empty(t, got.Dropped)
+
+	r = runBin(t, env, "", "store", "migrate", "--convert", "--db", filepath.Join(t.TempDir(), "x.db"))
+	require.Equal(t, exitError, r.code)
+	require.Contains(t, r.stderr, "need --dsn")
+}

@@ -8,13 +8,25 @@ import (
 )
 
 func newStoreMigrateCmd(e *env, g *globals, f *storeFlags) *cobra.Command {
-	return &cobra.Command{
-		Use:   "migrate (--dsn DSN | --db FILE) [--json]",
+	var convert bool
+	cmd := &cobra.Command{
+		Use:   "migrate (--dsn DSN | --db FILE) [--partitioned [--convert]] [--json]",
 		Short: "Create or upgrade the idempotency table (writes)",
 		Long: `Apply the schema migrations the store does not have yet, as the server's Migrate does:
-idempotent, and safe while servers run. --db creates the SQLite file if it is missing.`,
+idempotent, and safe while servers run. --db creates the SQLite file if it is missing.
+
+--partitioned (PostgreSQL) is Migrate with pgstore.Config.Partitioned: on a fresh schema it
+creates the table partitioned by day; on a plain table with rows it installs the claim function
+the partitioned store needs and leaves the table plain. Once every server runs with
+Config.Partitioned, --convert converts the plain table online (pgstore.ConvertToPartitioned).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if (f.partitioned || convert) && f.dsn == "" {
+				return usagef("--partitioned and --convert need --dsn (PostgreSQL)")
+			}
+			if convert && !f.partitioned {
+				return usagef("--convert needs --partitioned")
+			}
 			o, err := f.open(cmd.Context(), false)
 			if err != nil {
 				return err
@@ -23,6 +35,11 @@ idempotent, and safe while servers run. --db creates the SQLite file if it is mi
 			if err := o.store.Migrate(cmd.Context()); err != nil {
 				return err
 			}
+			if convert {
+				if err := o.pg.ConvertToPartitioned(cmd.Context()); err != nil {
+					return err
+				}
+			}
 			if g.json {
 				return storeJSON(e.stdout, map[string]bool{"migrated": true})
 			}
@@ -30,6 +47,9 @@ idempotent, and safe while servers run. --db creates the SQLite file if it is mi
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&f.partitioned, "partitioned", false, "PostgreSQL: the table partitioned by day (pgstore.Config.Partitioned)")
+	cmd.Flags().BoolVar(&convert, "convert", false, "with --partitioned: convert a plain table with rows online")
+	return cmd
 }
 
 func newStoreSweepCmd(e *env, g *globals, f *storeFlags) *cobra.Command {

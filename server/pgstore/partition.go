@@ -184,8 +184,8 @@ type PartitionReport struct {
 func partitionName(day time.Time) string { return "idempotency_keys_p" + day.Format("20060102") }
 
 // MaintainPartitions keeps a partitioned table's partitions: it creates the
-// partitions of the days from yesterday to Config.PartitionsAhead days
-// ahead that do not exist (each as a table of its own, then attached, so
+// partitions of the days from today to Config.PartitionsAhead days ahead
+// that do not exist (each as a table of its own, then attached, so
 // that claims are not blocked), and drops every partition whose range ended
 // and whose rows all expired at or before now (the sweeper passes now minus
 // its grace), never one that holds a live record: the partition is
@@ -248,7 +248,7 @@ func (s *Store) MaintainPartitions(ctx context.Context, now time.Time) (Partitio
 
 	var errs []error
 	today := dbNow.UTC().Truncate(24 * time.Hour)
-	for d := -1; d <= s.cfg.PartitionsAhead; d++ {
+	for d := 0; d <= s.cfg.PartitionsAhead; d++ {
 		day := today.AddDate(0, 0, d)
 		name := partitionName(day)
 		if existing[name] {

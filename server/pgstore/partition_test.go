@@ -17,7 +17,7 @@ import (
 
 // setupPartitioned returns a migrated store on a partitioned table in a
 // fresh schema, by the callers' clock, with a partition for everything
-// before yesterday (the suite's fixed dates) besides the daily ones.
+// before today (the suite's fixed dates) besides the daily ones.
 func setupPartitioned(t testing.TB, cfg *pgstore.Config) *postgresBundle {
 	t.Helper()
 	b := &postgresBundle{ctx: storetest.Context(t), pool: testpg.Pool(t)}
@@ -40,7 +40,7 @@ func setupPartitioned(t testing.TB, cfg *pgstore.Config) *postgresBundle {
 func historyPartition(t testing.TB, ctx context.Context, pool *pgxpool.Pool) {
 	t.Helper()
 	_, err := pool.Exec(ctx, `CREATE TABLE idempotency_keys_history PARTITION OF idempotency_keys
-		FOR VALUES FROM (MINVALUE) TO (date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - interval '1 day')`)
+		FOR VALUES FROM (MINVALUE) TO (date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC')`)
 	require.NoError(t, err)
 }
 
@@ -88,7 +88,7 @@ func partitions(t *testing.T, b *postgresBundle) []string {
 	return out
 }
 
-// Migrate creates the partitions from yesterday to PartitionsAhead days
+// Migrate creates the partitions from today to PartitionsAhead days
 // ahead; MaintainPartitions drops a past partition whose rows all expired,
 // never one that holds a live record, and Sweep without PartitionSweepRows
 // deletes no row one by one.
@@ -99,7 +99,7 @@ func TestPartitionedStore_DropsOnlyExpiredPartitions(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'`).Scan(&today))
 	today = today.UTC()
 	name := func(d time.Time) string { return "idempotency_keys_p" + d.Format("20060102") }
-	require.Equal(t, []string{name(today.AddDate(0, 0, -1)), name(today), name(today.AddDate(0, 0, 1)), name(today.AddDate(0, 0, 2))}, partitions(t, b))
+	require.Equal(t, []string{name(today), name(today.AddDate(0, 0, 1)), name(today.AddDate(0, 0, 2))}, partitions(t, b))
 
 	// Two old days: one whose rows all expired, one with a live record.
 	day1 := today.AddDate(0, 0, -10)
