@@ -332,3 +332,14 @@ func (s *Store) dropPartition(ctx context.Context, name string, cutoff time.Time
 	}
 	return n, true, nil
 }
+
+// RetentionSlack is how long past its expiry an expired row may stay in
+// the table by design: one day (a partition's span) on a partitioned table
+// swept by dropping partitions, else 0. The metrics of
+// server/prommetrics export it so that the alert rules allow for it.
+func (s *Store) RetentionSlack() time.Duration {
+	if s.cfg.Partitioned && !s.cfg.PartitionSweepRows {
+		return 24 * time.Hour
+	}
+	return 0
+}

@@ -25,6 +25,14 @@ type PoolStatsReader interface {
 	PoolStats() server.PoolStats
 }
 
+// RetentionSlacker is a store whose expired rows may by design stay past
+// their expiry (pgstore.Store on a partitioned table: one day). The
+// collector exports it as idemkit_store_retention_slack_seconds, 0 for
+// other stores.
+type RetentionSlacker interface {
+	RetentionSlack() time.Duration
+}
+
 // storeTimeoutDefault is the default StoreCollectorConfig.Timeout.
 const storeTimeoutDefault = 5 * time.Second
 
@@ -63,6 +71,7 @@ type StoreCollectorConfig struct {
 //	idemkit_store_oldest_record_age_seconds        age of the oldest live record (0 if none)
 //	idemkit_store_oldest_expired_age_seconds       how long the oldest expired row has waited for the sweeper (0 if none)
 //	idemkit_store_window_seconds                   StoreCollectorConfig.Window, when set
+//	idemkit_store_retention_slack_seconds          how long expired rows may stay by design (partitioned table: 1 day)
 //	idemkit_store_pool_max_connections             the pool's bound (0: unbounded)
 //	idemkit_store_pool_connections{state}          in_use, idle
 //	idemkit_store_pool_acquire_waits_total         acquisitions that waited for a connection
@@ -83,7 +92,7 @@ type StoreCollector struct {
 }
 
 type storeDescs struct {
-	up, took, rows, stuck, tableBytes, indexBytes, oldest, oldestExpired, window          *prometheus.Desc
+	up, took, rows, stuck, tableBytes, indexBytes, oldest, oldestExpired, window, slack   *prometheus.Desc
 	poolMax, poolConns, poolWaits, poolWaitSeconds                                        *prometheus.Desc
 	swRuns, swFailures, swDeleted, swLastSuccess, swLastDuration, swInterval, swGraceDesc *prometheus.Desc
 }
@@ -115,6 +124,7 @@ func NewStoreCollector(store StatsReader, cfg *StoreCollectorConfig) (*StoreColl
 		oldest:        desc("store", "oldest_record_age_seconds", "Age of the oldest live record (0 if none)."),
 		oldestExpired: desc("store", "oldest_expired_age_seconds", "How long the oldest expired row has waited for the sweeper (0 if none)."),
 		window:        desc("store", "window_seconds", "The middleware's retention window."),
+		slack:         desc("store", "retention_slack_seconds", "How long past its expiry an expired row may stay by design (a partitioned table: one day)."),
 		poolMax:       desc("store", "pool_max_connections", "The connection pool's bound (0: unbounded)."),
 		poolConns:     desc("store", "pool_connections", "Connections of the pool by state: in_use, idle.", "state"),
 		poolWaits:     desc("store", "pool_acquire_waits_total", "Connection acquisitions that found no idle connection and waited."),
@@ -134,7 +144,7 @@ func NewStoreCollector(store StatsReader, cfg *StoreCollectorConfig) (*StoreColl
 // Describe implements prometheus.Collector.
 func (c *StoreCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := c.descs
-	for _, x := range []*prometheus.Desc{d.up, d.took, d.rows, d.stuck, d.tableBytes, d.indexBytes, d.oldest, d.oldestExpired} {
+	for _, x := range []*prometheus.Desc{d.up, d.took, d.rows, d.stuck, d.tableBytes, d.indexBytes, d.oldest, d.oldestExpired, d.slack} {
 		ch <- x
 	}
 	if c.cfg.Window > 0 {
@@ -165,6 +175,11 @@ func (c *StoreCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.cfg.Window > 0 {
 		gauge(d.window, c.cfg.Window.Seconds())
 	}
+	var slack time.Duration
+	if r, ok := c.store.(RetentionSlacker); ok {
+		slack = r.RetentionSlack()
+	}
+	gauge(d.slack, slack.Seconds())
 	if c.pool != nil {
 		p := c.pool.PoolStats()
 		gauge(d.poolMax, float64(p.MaxConns))
