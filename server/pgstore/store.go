@@ -148,7 +148,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	d := &dialect{}
 	var sd sqlstore.Dialect = d
 	if cfg.Partitioned {
-		sd = partDialect{Dialect: txDialect{d}, d: d}
+		sd = partDialect{Dialect: d, d: d}
 	}
 	s := sqlstore.New(sd, cfg.SweepChunkSize)
 	s.SweepPaced = true
