@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/internal/sqlstore"
@@ -195,17 +196,36 @@ func partitionName(day time.Time) string { return "idempotency_keys_p" + day.For
 // dropped. On a plain table it does nothing. Days are UTC days of the
 // database's clock.
 //
-// A partition that cannot be created or dropped now (a lock not granted
-// within 200ms, rows of its range elsewhere) is left for the next call; the
-// error of the first such failure is returned with the report of the rest.
+// One process at a time maintains a schema's partitions (a session
+// advisory lock): a call that finds another at work returns an empty
+// report. A partition that cannot be created or dropped now (a lock not
+// granted within 200ms, rows of its range elsewhere) is left for the next
+// call; the errors are returned with the report of the rest.
 func (s *Store) MaintainPartitions(ctx context.Context, now time.Time) (PartitionReport, error) {
 	var rep PartitionReport
 	part, err := s.partitioned(ctx, s.pool)
 	if err != nil || !part {
 		return rep, err
 	}
+	// One replica at a time: the others' sweepers find the lock taken and
+	// leave the partitions to it.
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return rep, interpretError(err)
+	}
+	defer conn.Release()
+	var locked bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended('idemkit/partitions/' || current_schema(), 0))`).Scan(&locked); err != nil {
+		return rep, interpretError(err)
+	}
+	if !locked {
+		return rep, nil
+	}
+	defer func() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtextextended('idemkit/partitions/' || current_schema(), 0))`)
+	}()
 	var dbNow time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&dbNow); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&dbNow); err != nil {
 		return rep, interpretError(err)
 	}
 	cutoff := now
@@ -218,7 +238,7 @@ func (s *Store) MaintainPartitions(ctx context.Context, now time.Time) (Partitio
 		from, to time.Time // from is zero for MINVALUE
 	}
 	var ranged []partition
-	rows, err := s.pool.Query(ctx, pgPartitionBounds)
+	rows, err := conn.Query(ctx, pgPartitionBounds)
 	if err != nil {
 		return rep, interpretError(err)
 	}
@@ -263,7 +283,7 @@ func (s *Store) MaintainPartitions(ctx context.Context, now time.Time) (Partitio
 		if overlaps {
 			continue
 		}
-		if err := s.createPartition(ctx, name, day, day.AddDate(0, 0, 1)); err != nil {
+		if err := createPartition(ctx, conn, name, day, day.AddDate(0, 0, 1)); err != nil {
 			errs = append(errs, fmt.Errorf("create partition %s: %w", name, err))
 			continue
 		}
@@ -273,7 +293,7 @@ func (s *Store) MaintainPartitions(ctx context.Context, now time.Time) (Partitio
 		if p.to.IsZero() || p.to.After(cutoff) {
 			continue
 		}
-		n, dropped, err := s.dropPartition(ctx, p.name, cutoff)
+		n, dropped, err := dropPartition(ctx, conn, p.name, cutoff)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("drop partition %s: %w", p.name, err))
 			continue
@@ -289,9 +309,9 @@ func (s *Store) MaintainPartitions(ctx context.Context, now time.Time) (Partitio
 // createPartition creates the partition name for [from, to) as a table of
 // its own and attaches it, which takes only a SHARE UPDATE EXCLUSIVE lock on
 // the parent.
-func (s *Store) createPartition(ctx context.Context, name string, from, to time.Time) error {
+func createPartition(ctx context.Context, conn *pgxpool.Conn, name string, from, to time.Time) error {
 	ident := pgx.Identifier{name}.Sanitize()
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, partitionDropLockTimeout.Milliseconds())); err != nil {
 			return err
 		}
@@ -307,23 +327,18 @@ func (s *Store) createPartition(ctx context.Context, name string, from, to time.
 
 // dropPartition detaches and drops the partition name if its rows all
 // expired at or before cutoff, and returns how many it held.
-func (s *Store) dropPartition(ctx context.Context, name string, cutoff time.Time) (int64, bool, error) {
+func dropPartition(ctx context.Context, conn *pgxpool.Conn, name string, cutoff time.Time) (int64, bool, error) {
 	ident := pgx.Identifier{name}.Sanitize()
 	var (
 		n      int64
 		latest *time.Time
 	)
-	if err := s.pool.QueryRow(ctx, `SELECT count(*), max(expires_at) FROM `+ident).Scan(&n, &latest); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT count(*), max(expires_at) FROM `+ident).Scan(&n, &latest); err != nil {
 		return 0, false, interpretError(err)
 	}
 	if latest != nil && latest.After(cutoff) {
 		return 0, false, nil
 	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return 0, false, interpretError(err)
-	}
-	defer conn.Release()
 	if _, err := conn.Exec(ctx, `ALTER TABLE idempotency_keys DETACH PARTITION `+ident+` CONCURRENTLY`); err != nil {
 		return 0, false, interpretError(err)
 	}
