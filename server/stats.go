@@ -57,4 +57,9 @@ type PoolStats struct {
 	// connection or a released one), and WaitDuration their total wait.
 	Waits        int64
 	WaitDuration time.Duration
+	// Canceled is the number of acquisitions that gave up waiting because
+	// their context ended (pgxpool's CanceledAcquireCount; 0 for a
+	// *sql.DB, which does not count them): in transactional mode, requests
+	// answered 503 store-unavailable because the pool was full.
+	Canceled int64
 }

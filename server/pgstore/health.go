@@ -46,5 +46,6 @@ func (s *Store) PoolStats() server.PoolStats {
 		Idle:         int64(st.IdleConns()),
 		Waits:        st.EmptyAcquireCount(),
 		WaitDuration: st.EmptyAcquireWaitTime(),
+		Canceled:     st.CanceledAcquireCount(),
 	}
 }

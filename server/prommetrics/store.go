@@ -76,6 +76,7 @@ type StoreCollectorConfig struct {
 //	idemkit_store_pool_connections{state}          in_use, idle
 //	idemkit_store_pool_acquire_waits_total         acquisitions that waited for a connection
 //	idemkit_store_pool_acquire_wait_seconds_total  their total wait
+//	idemkit_store_pool_acquire_canceled_total      acquisitions that gave up waiting (context ended)
 //	idemkit_sweeper_runs_total                     sweeps ended
 //	idemkit_sweeper_failures_total                 sweeps failed
 //	idemkit_sweeper_deleted_total                  records deleted
@@ -93,7 +94,7 @@ type StoreCollector struct {
 
 type storeDescs struct {
 	up, took, rows, stuck, tableBytes, indexBytes, oldest, oldestExpired, window, slack   *prometheus.Desc
-	poolMax, poolConns, poolWaits, poolWaitSeconds                                        *prometheus.Desc
+	poolMax, poolConns, poolWaits, poolWaitSeconds, poolCanceled                          *prometheus.Desc
 	swRuns, swFailures, swDeleted, swLastSuccess, swLastDuration, swInterval, swGraceDesc *prometheus.Desc
 }
 
@@ -130,6 +131,8 @@ func NewStoreCollector(store StatsReader, cfg *StoreCollectorConfig) (*StoreColl
 		poolWaits:     desc("store", "pool_acquire_waits_total", "Connection acquisitions that found no idle connection and waited."),
 		poolWaitSeconds: desc("store", "pool_acquire_wait_seconds_total",
 			"Total time acquisitions waited for a connection."),
+		poolCanceled: desc("store", "pool_acquire_canceled_total",
+			"Connection acquisitions that gave up waiting because their context ended (in transactional mode: 503 store-unavailable)."),
 		swRuns:         desc("sweeper", "runs_total", "Sweeps of expired records that ended."),
 		swFailures:     desc("sweeper", "failures_total", "Sweeps of expired records that failed."),
 		swDeleted:      desc("sweeper", "deleted_total", "Expired records deleted by the sweeper."),
@@ -151,7 +154,7 @@ func (c *StoreCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d.window
 	}
 	if c.pool != nil {
-		for _, x := range []*prometheus.Desc{d.poolMax, d.poolConns, d.poolWaits, d.poolWaitSeconds} {
+		for _, x := range []*prometheus.Desc{d.poolMax, d.poolConns, d.poolWaits, d.poolWaitSeconds, d.poolCanceled} {
 			ch <- x
 		}
 	}
@@ -187,6 +190,7 @@ func (c *StoreCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(d.poolConns, float64(p.Idle), "idle")
 		counter(d.poolWaits, float64(p.Waits))
 		counter(d.poolWaitSeconds, p.WaitDuration.Seconds())
+		counter(d.poolCanceled, float64(p.Canceled))
 	}
 	if sw := c.cfg.Sweeper; sw != nil {
 		s := sw.Stats()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -187,4 +188,50 @@ func TestStoreCollector_StatsFail(t *testing.T) {
 
 	_, err = prommetrics.NewStoreCollector(nil, nil)
 	require.ErrorContains(t, err, "store is nil")
+}
+
+// Transactional mode holds a pooled connection for each request's whole
+// handler: with every connection held, the next request waits and, past
+// its store timeout, fails. The collector shows it: in_use at the pool's
+// bound, the acquisition that gave up counted, and Stats itself failing
+// for want of a connection.
+func TestStoreCollector_PoolSaturation(t *testing.T) {
+	t.Parallel()
+	ctx := storetest.Context(t)
+	cfg, err := pgxpool.ParseConfig(testpg.SchemaDSN(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	store, err := pgstore.New(pool, nil)
+	require.NoError(t, err)
+	require.NoError(t, store.Migrate(ctx))
+	c, err := prommetrics.NewStoreCollector(store, &prommetrics.StoreCollectorConfig{Store: "pg", Timeout: 100 * time.Millisecond})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(c))
+	before := series(t, reg, "pg")
+	require.InDelta(t, 1, before["idemkit_store_stats_up"], 0)
+	require.InDelta(t, 0, before["idemkit_store_pool_acquire_canceled_total"], 0)
+
+	var held []server.StoreTx
+	for range 2 {
+		tx, err := store.BeginTx(ctx, time.Second)
+		require.NoError(t, err)
+		held = append(held, tx)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err = store.BeginTx(waitCtx, time.Second)
+	cancel()
+	require.Error(t, err, "a third transaction waits for a connection until its context ends")
+
+	during := series(t, reg, "pg")
+	require.InDelta(t, 2, during["idemkit_store_pool_connections{state=in_use}"], 0)
+	require.InDelta(t, 2, during["idemkit_store_pool_max_connections"], 0)
+	require.GreaterOrEqual(t, during["idemkit_store_pool_acquire_canceled_total"], 1.0)
+	require.InDelta(t, 0, during["idemkit_store_stats_up"], 0, "Stats finds no connection either")
+	for _, tx := range held {
+		require.NoError(t, tx.Rollback(ctx))
+	}
 }
