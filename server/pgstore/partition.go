@@ -24,11 +24,12 @@ const partitionDropLockTimeout = 200 * time.Millisecond
 // it stays one round trip. A partitioned table's unique keys must include
 // its partition key (created_at), so the primary key no longer makes a
 // scope unique: a transaction-scoped advisory lock on the scope does. Under
-// it the function reads the scope's row in any partition, then inserts a
-// fresh claim, or replaces an expired row by a fresh claim (in today's
+// it the function reads the scope's row in any partition (locking it),
+// then inserts a fresh claim, or replaces an expired row by a fresh claim (in today's
 // partition, its token one more), or takes over a lapsed lease with a
 // matching fingerprint in place; a live row blocks it and it returns no
-// row. In transactional mode the lock lasts until the transaction ends, as
+// row. A live row that blocks it is found by a first read that takes no
+// lock at all, so that a replay writes nothing. In transactional mode the lock lasts until the transaction ends, as
 // the row lock of the plain table's upsert does, and lock_timeout bounds
 // the wait for it (server.ErrInFlight). The lock's key space is the
 // pgstore's own (hashtextextended with the seed 0x1de4).
@@ -41,6 +42,18 @@ DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     r record;
 BEGIN
+    -- A live row that blocks the claim (a replay, a conflict) is read
+    -- without a lock: such a claim takes no lock and writes nothing.
+    SELECT k.expires_at, k.state, k.locked_until, k.fingerprint, k.fingerprint_version
+    INTO r
+    FROM idempotency_keys k
+    WHERE k.principal = p_principal AND k.endpoint = p_endpoint AND k.key = p_key
+    ORDER BY k.created_at DESC
+    LIMIT 1;
+    IF FOUND AND r.expires_at > v_now AND NOT (r.state = 'in_progress' AND r.locked_until <= v_now
+        AND r.fingerprint = p_fingerprint AND r.fingerprint_version = p_fingerprint_version) THEN
+        RETURN;
+    END IF;
     PERFORM pg_advisory_xact_lock(hashtextextended(p_principal || chr(31) || p_endpoint || chr(31) || p_key, 7652));
     SELECT k.token AS tok, k.state, k.expires_at, k.locked_until, k.fingerprint, k.fingerprint_version, k.created_at
     INTO r

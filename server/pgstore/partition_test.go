@@ -249,3 +249,29 @@ func TestPartitionedStore_ConvertOnline(t *testing.T) {
 	require.True(t, names["idempotency_keys_p"+cutover.UTC().Format("20060102")], "the first day after the cutover has its partition: %v", names)
 	require.NoError(t, part.ConvertToPartitioned(ctx), "converting twice does nothing")
 }
+
+// A replay on the partitioned table writes nothing: the row's version
+// (xmin) and its lock (xmax) are the same after it.
+func TestPartitionedStore_ReplayWritesNothing(t *testing.T) {
+	t.Parallel()
+	b := setupPartitioned(t, nil)
+	historyPartition(t, b.ctx, b.pool)
+	now := time.Date(2026, 3, 14, 15, 9, 26, 0, time.UTC)
+	sc := server.Scope{Principal: "p", Endpoint: "*", Key: "k"}
+	req := server.ClaimRequest{Scope: sc, Fingerprint: []byte{1}, FingerprintVersion: 1, Now: now,
+		ExpiresAt: now.Add(time.Hour), LockedUntil: now.Add(time.Minute)}
+	res, err := b.store.Claim(b.ctx, req)
+	require.NoError(t, err)
+	require.NoError(t, b.store.Complete(b.ctx, sc, res.Token, now, &server.StoredResponse{Status: 201}))
+	xmin := func() string {
+		var x string
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT xmin::text || '/' || xmax::text FROM idempotency_keys WHERE key = 'k'`).Scan(&x))
+		return x
+	}
+	before := xmin()
+	res, err = b.store.Claim(b.ctx, req)
+	require.NoError(t, err)
+	require.False(t, res.Acquired)
+	require.Equal(t, server.StateCompleted, res.Existing.State)
+	require.Equal(t, before, xmin(), "the replay locked or wrote the row")
+}
