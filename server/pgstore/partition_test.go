@@ -275,3 +275,13 @@ func TestPartitionedStore_ReplayWritesNothing(t *testing.T) {
 	require.Equal(t, server.StateCompleted, res.Existing.State)
 	require.Equal(t, before, xmin(), "the replay locked or wrote the row")
 }
+
+// BenchmarkClaim_Partitioned compares new-key claims on the plain and the
+// partitioned table (the advisory-lock function against the single
+// INSERT ... ON CONFLICT statement).
+func BenchmarkClaim_Partitioned(b *testing.B) {
+	b.Run("Plain", func(b *testing.B) { storetest.BenchClaims(b, storetest.ClaimFunc(setupPostgres(b).store)) })
+	b.Run("Partitioned", func(b *testing.B) {
+		storetest.BenchClaims(b, storetest.ClaimFunc(setupPartitioned(b, &pgstore.Config{}).store))
+	})
+}
