@@ -297,3 +297,21 @@ func TestFullRun(t *testing.T) {
 	_, err = run(context.Background(), cfg, os.Stdout, os.Stderr)
 	require.NoError(t, err)
 }
+
+// The partition section drops exactly the seeded partition while claims
+// run, and reports the WAL of the drop beside the sweep's.
+func TestShortRun_PartitionSectionPassesEveryCheck(t *testing.T) {
+	t.Parallel()
+	cfg := shortConfig(t)
+	cfg.DSN = testpg.BaseDSN(t)
+	cfg.Sweep, cfg.Partition = true, true
+	var table strings.Builder
+	_, err := run(context.Background(), cfg, &table, io.Discard)
+	require.NoError(t, err)
+	r := readReport(t, cfg.Out)
+	require.NotNil(t, r.Partition)
+	require.Equal(t, int64(cfg.SweepRows), r.Partition.Dropped)
+	require.Positive(t, r.Sweep.WALBytes)
+	require.Contains(t, table.String(), "partition: ")
+	require.Contains(t, table.String(), "checks passed")
+}

@@ -50,6 +50,7 @@ type config struct {
 	Server      bool          // run the server section
 	Client      bool          // run the client (enqueue) section
 	Sweep       bool          // run the sweeper section
+	Partition   bool          // run the partition section (the sweep's rows dropped with their partition)
 	SweepRows   int           // expired rows the sweep deletes
 	SweepCalls  int           // concurrent claimers during the sweep cells
 	Dir         string        // where the client section's SQLite files go
@@ -111,7 +112,7 @@ func bindFlags(fs *flag.FlagSet) *cmdFlags {
 	fs.Int64Var(&f.cfg.MaxOps, "max-ops", 2_000_000, "upper bound of operations in one cell")
 	fs.StringVar(&f.clients, "clients", "1,8,32", "comma-separated concurrent clients (server) and callers (client)")
 	fs.IntVar(&f.cfg.Pool, "pool", 16, "PostgreSQL pool size")
-	fs.StringVar(&f.sections, "sections", "server,client,sweep", "comma-separated sections to run: server, client, sweep")
+	fs.StringVar(&f.sections, "sections", "server,client,sweep", "comma-separated sections to run: server, client, sweep, partition")
 	fs.IntVar(&f.cfg.SweepRows, "sweep-rows", 1_000_000, "expired rows the sweep deletes in the sweeper section")
 	fs.IntVar(&f.cfg.SweepCalls, "sweep-clients", 8, "concurrent claimers in the sweeper section")
 	fs.StringVar(&f.cfg.Dir, "dir", os.TempDir(), "directory for the client section's SQLite files (use a real disk, not tmpfs)")
@@ -145,9 +146,11 @@ func (f *cmdFlags) config() (config, error) {
 			cfg.Client = true
 		case "sweep":
 			cfg.Sweep = true
+		case "partition":
+			cfg.Partition = true
 		case "":
 		default:
-			return cfg, fmt.Errorf("-sections: unknown section %q (want server, client, sweep)", s)
+			return cfg, fmt.Errorf("-sections: unknown section %q (want server, client, sweep, partition)", s)
 		}
 	}
 	if cfg.Rounds < 1 || cfg.Duration <= 0 || cfg.MaxOps < 1 || cfg.Pool < 1 || cfg.SweepRows < 1 || cfg.SweepCalls < 1 {
@@ -188,7 +191,7 @@ func main() {
 func run(ctx context.Context, cfg config, out, progress io.Writer) (*report, error) {
 	cfg = cfg.withDefaults()
 	rep := newReport(cfg)
-	if cfg.Server || cfg.Sweep {
+	if cfg.Server || cfg.Sweep || cfg.Partition {
 		if cfg.DSN == "" {
 			return nil, errors.New("the server and sweep sections need PostgreSQL: set -dsn or IDEM_TEST_POSTGRES (or -sections client)")
 		}
@@ -206,6 +209,11 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (*report, err
 		if cfg.Sweep {
 			if err := runSweep(ctx, cfg, env, rep, progress); err != nil {
 				return nil, fmt.Errorf("sweeper section: %w", err)
+			}
+		}
+		if cfg.Partition {
+			if err := runPartition(ctx, cfg, env, rep, progress); err != nil {
+				return nil, fmt.Errorf("partition section: %w", err)
 			}
 		}
 	}

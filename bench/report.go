@@ -27,6 +27,8 @@ type report struct {
 	Cells    []cell       `json:"cells"`
 	Summary  []summary    `json:"summary"`
 	Sweep    *sweepResult `json:"sweep,omitempty"`
+	// Partition is the partition section (pgstore Config.Partitioned).
+	Partition *partitionResult `json:"partition,omitempty"`
 }
 
 type machine struct {
@@ -111,6 +113,10 @@ type sweepResult struct {
 	P99MicrosWithout float64 `json:"claim_p99_us_without_sweep"`
 	P99MicrosDuring  float64 `json:"claim_p99_us_during_sweep"`
 	P99Ratio         float64 `json:"p99_ratio"`
+	// WALBytes is what the whole cluster wrote to the WAL during the sweep,
+	// and BackgroundWALBytesPerSec its rate during the cell without a sweep.
+	WALBytes                 int64   `json:"wal_bytes_during_sweep"`
+	BackgroundWALBytesPerSec float64 `json:"background_wal_bytes_per_sec"`
 }
 
 func newReport(cfg config) *report {
@@ -135,6 +141,11 @@ func newReport(cfg config) *report {
 		r.Settings.SweepRows, r.Settings.SweepClients = cfg.SweepRows, cfg.SweepCalls
 		r.Checks = append(r.Checks, checkNoErrors, checkSweepDeleted)
 	}
+	if cfg.Partition {
+		r.Settings.Sections = append(r.Settings.Sections, "partition")
+		r.Settings.SweepRows, r.Settings.SweepClients = cfg.SweepRows, cfg.SweepCalls
+		r.Checks = append(r.Checks, checkNoErrors, checkPartitionDropped)
+	}
 	if cfg.Client {
 		r.Settings.Sections = append(r.Settings.Sections, "client")
 		r.Settings.ClientDirectory = cfg.Dir
@@ -151,11 +162,12 @@ func newReport(cfg config) *report {
 
 // The checks a reported run passed.
 const (
-	checkNoErrors        = "no errors: every operation succeeded (201, or a queued row)"
-	checkOneEffect       = "one effect row per fresh 201, none per replay"
-	checkReplayIdentical = "every replay is a 201 with Idempotent-Replayed: true, the first response's Content-Type and its body byte for byte"
-	checkOneRow          = "each queue file holds one row per successful call"
-	checkSweepDeleted    = "the sweep deleted exactly the seeded expired rows; every claim acquired its fresh key"
+	checkNoErrors         = "no errors: every operation succeeded (201, or a queued row)"
+	checkOneEffect        = "one effect row per fresh 201, none per replay"
+	checkReplayIdentical  = "every replay is a 201 with Idempotent-Replayed: true, the first response's Content-Type and its body byte for byte"
+	checkOneRow           = "each queue file holds one row per successful call"
+	checkSweepDeleted     = "the sweep deleted exactly the seeded expired rows; every claim acquired its fresh key"
+	checkPartitionDropped = "the drop removed exactly the seeded partition and its rows; every claim acquired its fresh key"
 )
 
 // cpuModel is the first "model name" of /proc/cpuinfo, or "".
@@ -300,8 +312,14 @@ func (r *report) writeTable(w io.Writer) {
 			micros(s.P50Micros), micros(s.P99Micros), s.CPUMicrosPerOpProcess, s.CPUMicrosPerOpHost, s.AllocsPerOpProcess)
 	}
 	if sw := r.Sweep; sw != nil {
-		fmt.Fprintf(w, "\nsweep: %d expired rows deleted in %.1f s; claim p99 at %d clients %s without, %s during (%.2f×)\n",
-			sw.Deleted, sw.SweepSeconds, sw.Clients, micros(sw.P99MicrosWithout), micros(sw.P99MicrosDuring), sw.P99Ratio)
+		fmt.Fprintf(w, "\nsweep: %d expired rows deleted in %.1f s; claim p99 at %d clients %s without, %s during (%.2f×); WAL during the sweep %.1f MB (cluster-wide; background %.2f MB/s)\n",
+			sw.Deleted, sw.SweepSeconds, sw.Clients, micros(sw.P99MicrosWithout), micros(sw.P99MicrosDuring), sw.P99Ratio,
+			float64(sw.WALBytes)/1e6, sw.BackgroundWALBytesPerSec/1e6)
+	}
+	if p := r.Partition; p != nil {
+		fmt.Fprintf(w, "partition: %d expired rows dropped with their partition in %.3f s; claim p99 at %d clients %s without, %s during (%.2f×); WAL during the drop %.3f MB (cluster-wide; background %.2f MB/s)\n",
+			p.Dropped, p.DropSeconds, p.Clients, micros(p.P99MicrosWithout), micros(p.P99MicrosDuring), p.P99Ratio,
+			float64(p.WALBytes)/1e6, p.BackgroundWALBytesPerSec/1e6)
 	}
 	fmt.Fprintf(w, "\nchecks passed: %s\n", strings.Join(r.Checks, "; "))
 }

@@ -78,10 +78,20 @@ func runSweep(ctx context.Context, cfg config, env *pgEnv, rep *report, progress
 		}
 		return nil
 	}
+	bgLSN, err := walLSN(ctx, env.pool)
+	if err != nil {
+		return err
+	}
+	bgStart := time.Now()
 	without := load(ctx, cfg.SweepCalls, cfg.cell(), claim)
 	if without.errs > 0 {
 		return fmt.Errorf("check failed: no errors: %d failed claims without a sweep, first: %w", without.errs, without.firstErr)
 	}
+	background, err := walSince(ctx, env.pool, bgLSN)
+	if err != nil {
+		return err
+	}
+	bgRate := float64(background) / time.Since(bgStart).Seconds()
 	c := without.cell("sweep", "claim", "no-sweep", cfg.SweepCalls, 1, 0)
 	rep.add(c)
 	fmt.Fprintln(progress, c.progressLine())
@@ -91,12 +101,21 @@ func runSweep(ctx context.Context, cfg config, env *pgEnv, rep *report, progress
 		deleted  int
 		sweepErr error
 		sweepDur time.Duration
+		wal      int64
 	)
 	go func() {
 		defer close(swept)
+		lsn, err := walLSN(ctx, env.pool)
+		if err != nil {
+			sweepErr = err
+			return
+		}
 		t0 := time.Now()
 		deleted, sweepErr = env.store.Sweep(ctx, time.Now())
 		sweepDur = time.Since(t0)
+		if sweepErr == nil {
+			wal, sweepErr = walSince(ctx, env.pool, lsn)
+		}
 	}()
 	during := load(ctx, cfg.SweepCalls, bounds{d: cfg.sweepMaxDur, maxOps: cfg.MaxOps, stop: swept}, claim)
 	<-swept
@@ -115,6 +134,7 @@ func runSweep(ctx context.Context, cfg config, env *pgEnv, rep *report, progress
 	rep.Sweep = &sweepResult{
 		ExpiredRows: cfg.SweepRows, SeedSeconds: seeded.Seconds(), Deleted: deleted, SweepSeconds: sweepDur.Seconds(), Clients: cfg.SweepCalls,
 		P99MicrosWithout: without.pct(0.99), P99MicrosDuring: during.pct(0.99),
+		WALBytes: wal, BackgroundWALBytesPerSec: bgRate,
 	}
 	if rep.Sweep.P99MicrosWithout > 0 {
 		rep.Sweep.P99Ratio = rep.Sweep.P99MicrosDuring / rep.Sweep.P99MicrosWithout

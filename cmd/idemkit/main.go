@@ -210,6 +210,7 @@ create it; the other commands report "no queue at PATH".
 		c.Long = long + "\n\n" + exitHelp
 	}
 	root.AddCommand(newCheckCmd(e, g)) // after the loop: check documents exit statuses of its own
+	root.AddCommand(newStoreCmd(e, g)) // after the loop: the store commands document their own exit statuses
 	return root
 }
 

@@ -3,13 +3,15 @@
 // Idempotency-Key, and the payment row and the idempotency record commit in
 // one transaction.
 //
-//	go run ./examples/payments [--addr 127.0.0.1:8080] [--dsn postgres://...|mysql://...] [--db FILE] [--window 24h] [--delay 0s]
+//	go run ./examples/payments [--addr 127.0.0.1:8080] [--dsn postgres://...|mysql://...] [--db FILE] [--window 24h] [--delay 0s] [--metrics]
 //
 // Without --dsn it keeps everything in the SQLite file --db and needs nothing
 // installed; with --dsn it uses PostgreSQL (postgres://...) or MySQL/MariaDB
 // (mysql://user:pass@host:port/db). Once it accepts connections it
 // prints one line on stdout, "listening on http://HOST:PORT", which other
 // tools parse (use --addr 127.0.0.1:0 for a free port). Logs go to stderr.
+// With --metrics it serves Prometheus metrics on GET /metrics: the
+// middleware's counters and the store's health (server/prommetrics).
 // SIGINT or SIGTERM shut it down gracefully. See README.md.
 package main
 
@@ -26,6 +28,9 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemkit/idemkit/internal/paymentsapi"
 )
@@ -55,7 +60,9 @@ type options struct {
 	// sweep is --sweep: 0 runs no sweeper.
 	sweep time.Duration
 	mode  string
-	cfg   paymentsapi.Config
+	// metrics is --metrics: serve GET /metrics.
+	metrics bool
+	cfg     paymentsapi.Config
 }
 
 func defaultOptions() options {
@@ -81,6 +88,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.cfg.LeaseDuration, "lease", o.cfg.LeaseDuration, "lease mode: how long a claim holds before a retry may take it over (0: 30s, capped at half the window)")
 	fs.DurationVar(&o.sweep, "sweep", o.sweep, "interval of the sweeper that deletes expired idempotency records (0: no sweeper)")
 	fs.BoolVar(&o.cfg.AbortOnDisconnect, "abort-on-disconnect", o.cfg.AbortOnDisconnect, "give up (and roll back) a payment when its client disconnects; by default it is finished anyway")
+	fs.BoolVar(&o.cfg.LogIdentifiers, "log-identifiers", o.cfg.LogIdentifiers, "log idempotency keys and accounts as they are (by default they are hashed)")
+	fs.BoolVar(&o.metrics, "metrics", o.metrics, "serve Prometheus metrics on GET /metrics (the middleware's counters, the store's health)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -135,6 +144,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	o.cfg.Logger = logger
+	var reg *prometheus.Registry
+	if o.metrics {
+		reg = prometheus.NewRegistry()
+		o.cfg.Metrics = reg
+	}
 
 	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	app, err := paymentsapi.Open(openCtx, &o.cfg)
@@ -148,8 +162,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	handler := app.Handler()
+	if reg != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.Handle("/", handler)
+		handler = mux
+	}
 	srv := &http.Server{
-		Handler:           app.Handler(),
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}

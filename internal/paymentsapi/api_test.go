@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idemkit/internal/redact"
 	"github.com/idemkit/idemkit/internal/testmysql"
 	"github.com/idemkit/idemkit/internal/testpg"
 	"github.com/idemkit/idemkit/internal/wire"
@@ -235,8 +236,8 @@ func TestPayments_Replay(t *testing.T) {
 		logs := b.logs.String()
 		require.Contains(t, logs, "outcome=executed")
 		require.Contains(t, logs, "outcome=replayed")
-		require.Contains(t, logs, "key=key-1")
-		require.Contains(t, logs, "principal=alice")
+		require.Contains(t, logs, "key="+redact.Hash("key-1"), "keys are logged hashed")
+		require.Contains(t, logs, "principal="+redact.Hash("alice"), "principals are logged hashed")
 	})
 }
 

@@ -3,6 +3,7 @@ package paymentsapi
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idemkit/internal/redact"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/pgstore"
 	"github.com/idemkit/idemkit/server/sqlitestore"
@@ -25,10 +27,13 @@ type App struct {
 	handlers *handlers
 	backend  string // "sqlite", "postgres" or "mysql"
 
-	stop      context.CancelFunc // cancels handlers.stopping
-	sweeper   *sweeper.Sweeper
-	closers   []func()
-	closeOnce sync.Once
+	stop    context.CancelFunc // cancels handlers.stopping
+	sweeper *sweeper.Sweeper
+	// registerStore registers the store's metrics once the sweeper runs;
+	// nil without Config.Metrics.
+	registerStore func() error
+	closers       []func()
+	closeOnce     sync.Once
 }
 
 // poolMaxConnsDefault is the PostgreSQL pool size unless the DSN sets
@@ -42,6 +47,9 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if !cfg.LogIdentifiers {
+		cfg.Logger = slog.New(redact.Handler(cfg.Logger.Handler(), "key", "principal"))
 	}
 	a := &App{cfg: cfg}
 	defer func() {
@@ -121,13 +129,17 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 		newIDFunc:         newPaymentID,
 		onChargeStart:     cfg.OnChargeStartFunc,
 	}
+	onEvent, err := a.metrics(store, a.handlers.logEvent)
+	if err != nil {
+		return nil, err
+	}
 	mw, err := server.New(store, &server.Config{
 		PrincipalFunc: bearerAccount,
 		Mode:          cfg.serverMode(),
 		Window:        cfg.Window,
 		LeaseDuration: cfg.LeaseDuration,
 		LockTimeout:   cfg.LockTimeout,
-		OnEventFunc:   a.handlers.logEvent,
+		OnEventFunc:   onEvent,
 		Logger:        cfg.Logger,
 	})
 	if err != nil {
@@ -136,6 +148,11 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 	a.handler = a.handlers.routes(mw)
 	if cfg.SweepInterval > 0 {
 		a.sweeper = sweeper.Start(store, &sweeper.Config{Interval: cfg.SweepInterval, Logger: cfg.Logger})
+	}
+	if a.registerStore != nil {
+		if err := a.registerStore(); err != nil {
+			return nil, err
+		}
 	}
 	return a, nil
 }

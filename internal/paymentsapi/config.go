@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/idemkit/idemkit/server"
 )
 
@@ -90,6 +92,19 @@ type Config struct {
 	// Logger receives one line per request and the API's errors. Defaults to
 	// slog.Default().
 	Logger *slog.Logger
+
+	// LogIdentifiers logs idempotency keys and principals (the account,
+	// which is the bearer token in this demo) as they are. Otherwise every
+	// log attribute named key or principal, the middleware's included, is
+	// replaced by its hash (internal/redact.Hash, the form `idemkit store
+	// inflight` prints). Defaults to false.
+	LogIdentifiers bool
+
+	// Metrics, if set, receives the API's Prometheus metrics (package
+	// server/prommetrics, with the label store set to the backend): the
+	// middleware's counters and the store's health, its sweeper's
+	// included. Defaults to nil (no metrics).
+	Metrics prometheus.Registerer
 }
 
 // WithDefaults returns a copy of c (which may be nil) with every unset field

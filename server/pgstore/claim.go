@@ -26,6 +26,8 @@ func (t *pgTx) claimFresh(ctx context.Context, req server.ClaimRequest) (res ser
 		return server.ClaimResult{Existing: rec}, true, nil
 	case err != nil && !errors.Is(err, server.ErrRecordNotFound):
 		return res, true, err
+	case t.st.cfg.Partitioned:
+		return res, false, nil // the claim function decides, on the begun transaction
 	}
 	b := t.beginBatch()
 	b.Queue(pgClaimInsert, t.st.d.claimArgs(req)...)

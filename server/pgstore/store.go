@@ -59,6 +59,29 @@ type Config struct {
 	// connection without closing it), releasing its locks so that retries
 	// of the same key are not blocked. Defaults to 60s.
 	IdleInTransactionTimeout time.Duration
+	// Partitioned makes the store run on a key table partitioned by UTC day
+	// of creation, whose expired rows go by dropping whole partitions
+	// instead of deleting rows: Migrate creates the partitioned table on a
+	// fresh schema, ConvertToPartitioned converts a plain table with rows
+	// online, and Sweep maintains the partitions (MaintainPartitions)
+	// rather than deleting rows one by one. Claims take a transaction-scoped
+	// advisory lock on their scope (a partitioned table cannot have the
+	// unique key on the scope alone) and work on a plain table too, which
+	// is how replicas move to a partitioned table without downtime: every
+	// replica first runs with Partitioned on the plain table, then the
+	// table is converted. Defaults to false.
+	Partitioned bool
+	// PartitionsAhead is how many days ahead of today MaintainPartitions
+	// keeps partitions: a claim on a day that has no partition fails, so
+	// the sweeper (which calls it) must run at least that often. Defaults
+	// to 7.
+	PartitionsAhead int
+	// PartitionSweepRows makes Sweep on a partitioned table also delete the
+	// expired rows of partitions it cannot drop yet, in chunks, as on the
+	// plain table. Without it an expired row waits until its whole
+	// partition expired: up to one day plus the grace past its expiry.
+	// Defaults to false.
+	PartitionSweepRows bool
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default.
@@ -68,6 +91,7 @@ func (c *Config) WithDefaults() *Config {
 		SweepChunkSize:           sweepChunkSizeDefault,
 		StatementTimeout:         statementTimeoutDefault,
 		IdleInTransactionTimeout: idleInTransactionTimeoutDefault,
+		PartitionsAhead:          partitionsAheadDefault,
 	})
 }
 
@@ -123,9 +147,13 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 		return nil, err
 	}
 	d := &dialect{}
-	s := sqlstore.New(d, cfg.SweepChunkSize)
+	var sd sqlstore.Dialect = d
+	if cfg.Partitioned {
+		sd = partDialect{Dialect: d, d: d}
+	}
+	s := sqlstore.New(sd, cfg.SweepChunkSize)
 	s.SweepPaced = true
-	return &Store{pool: pool, cfg: cfg, d: d, s: s, tx: sqlstore.New(txDialect{d}, cfg.SweepChunkSize),
+	return &Store{pool: pool, cfg: cfg, d: d, s: s, tx: sqlstore.New(txDialect{sd}, cfg.SweepChunkSize),
 		q: &querier{q: pool}}, nil
 }
 
@@ -191,8 +219,28 @@ func (s *Store) ExtendLease(ctx context.Context, sc server.Scope, token int64, n
 //
 // A now in the past (the sweeper passes now minus its grace) deletes only
 // rows that expired that long before the database's clock_timestamp().
+//
+// With Config.Partitioned it maintains the partitions instead
+// (MaintainPartitions) and returns the rows of the partitions it dropped;
+// it deletes rows one by one only with Config.PartitionSweepRows (or on a
+// plain table).
 func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
-	return s.s.Sweep(ctx, s.q, now)
+	if !s.cfg.Partitioned {
+		return s.s.Sweep(ctx, s.q, now)
+	}
+	rep, err := s.MaintainPartitions(ctx, now)
+	if err != nil && ctx.Err() != nil {
+		return int(rep.DroppedRows), err
+	}
+	part, perr := s.partitioned(ctx, s.pool)
+	if perr != nil {
+		return int(rep.DroppedRows), errors.Join(err, perr)
+	}
+	if !part || s.cfg.PartitionSweepRows {
+		n, serr := s.s.Sweep(ctx, s.q, now)
+		return int(rep.DroppedRows) + n, errors.Join(err, serr)
+	}
+	return int(rep.DroppedRows), err
 }
 
 // PrincipalUsage returns the live records of principal at now and the
@@ -202,10 +250,16 @@ func (s *Store) PrincipalUsage(ctx context.Context, principal string, now time.T
 	return s.s.PrincipalUsage(ctx, s.q, principal, now)
 }
 
-// Stats returns the size of the store at now (see server.StoreStats). It
-// scans the table: call it at metrics-scrape intervals, not per request.
+// Stats returns the size and health of the store at now (see
+// server.StoreStats). It scans the table twice: call it at metrics-scrape
+// intervals, not per request.
 func (s *Store) Stats(ctx context.Context, now time.Time) (server.StoreStats, error) {
-	return s.s.Stats(ctx, s.q, now)
+	st, err := s.s.Stats(ctx, s.q, now)
+	if err != nil {
+		return server.StoreStats{}, err
+	}
+	st.StoreHealth, err = s.health(ctx, now)
+	return st, err
 }
 
 // migrations holds the versioned schema, NNN_description.up.sql, applied
@@ -238,6 +292,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 	}
 	if _, err := migrate.Run(ctx, &migrationTarget{pool: s.pool}, ms); err != nil {
 		return fmt.Errorf("idemkit/server: migrate PostgreSQL: %w", err)
+	}
+	if s.cfg.Partitioned {
+		return s.migratePartitioned(ctx)
 	}
 	return nil
 }

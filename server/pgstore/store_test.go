@@ -191,3 +191,27 @@ func TestPostgresStore_Stats(t *testing.T) {
 	b := setupPostgres(t)
 	storetest.RunStats(t, b.ctx, b.store)
 }
+
+func TestPostgresStore_Health(t *testing.T) {
+	t.Parallel()
+	b := setupPostgres(t)
+	storetest.RunHealth(t, b.ctx, b.store)
+}
+
+// PoolStats reports the pool's bound and the connections in use.
+func TestPostgresStore_PoolStats(t *testing.T) {
+	t.Parallel()
+	b := setupPostgres(t)
+	conn, err := b.pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	st := b.store.PoolStats()
+	conn.Release()
+	require.Equal(t, int64(b.pool.Config().MaxConns), st.MaxConns)
+	require.Equal(t, int64(1), st.InUse)
+}
+
+func TestPostgresStore_InFlight(t *testing.T) {
+	t.Parallel()
+	b := setupPostgres(t)
+	storetest.RunInFlight(t, b.ctx, b.store)
+}

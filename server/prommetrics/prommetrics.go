@@ -20,6 +20,24 @@
 //	idemkit_server_lease_lost_total          completions, releases or extensions refused because the lease was lost
 //	idemkit_server_store_errors_total{op}    store errors by operation (see server.Event.StoreErrors)
 //	idemkit_server_claim_duration_seconds    latency of the claim call (histogram)
+//	idemkit_server_quota_rejections_total    new keys refused 429 by a per-principal quota
+//
+// Each has the label store (Config.Store, "default" with New), so that the
+// metrics of several middlewares, one per store, can share a Registerer.
+// The vectors start with every known label value at zero, so that a rule
+// or a panel finds every series from the first scrape.
+//
+// NewStoreCollector exports the health of the store itself: rows by state,
+// stuck claims, sizes, the age of the oldest record and of the oldest
+// expired one, the connection pool and the sweeper (see StoreCollector):
+//
+//	sw := sweeper.Start(store, nil)
+//	c, err := prommetrics.NewStoreCollector(store, &prommetrics.StoreCollectorConfig{Sweeper: sw, Window: window})
+//	err = prometheus.DefaultRegisterer.Register(c)
+//
+// docs/prometheus/alerts.yml and docs/grafana/idemkit.json are alert rules
+// and a dashboard over these metrics; docs/runbook.md says what to do when
+// an alert fires.
 package prommetrics
 
 import (
@@ -45,21 +63,55 @@ type Metrics struct {
 	leaseLost   prometheus.Counter
 	storeErrors *prometheus.CounterVec
 	claimTime   prometheus.Histogram
+	quota       prometheus.Counter
 }
 
-// New returns the collectors, registered on reg. It fails if reg already
-// has them: one Metrics (and one middleware) per Registerer.
+// Config configures the Metrics of NewWithConfig. The zero value is valid.
+type Config struct {
+	// Store is the value of the label store on every metric: a name for the
+	// store the middleware uses, the same as the StoreCollectorConfig.Store
+	// of its NewStoreCollector. Defaults to "default".
+	Store string
+}
+
+// storeLabelDefault is the default Config.Store.
+const storeLabelDefault = "default"
+
+// outcomes are the values of the label outcome, every server.Outcome.
+var outcomes = []server.Outcome{server.OutcomeExecuted, server.OutcomeReplayed, server.OutcomeConflict,
+	server.OutcomeMismatch, server.OutcomeRejected, server.OutcomeReleased, server.OutcomeStoreError,
+	server.OutcomeUnknown, server.OutcomeCanceled}
+
+// storeOps are the values of the label op, every operation of
+// server.Event.StoreErrors.
+var storeOps = []string{"claim", "begin", "get", "get_legacy", "usage", "quota", "complete", "commit", "release", "extend_lease"}
+
+// New returns the collectors, registered on reg, with the label
+// store="default". It fails if reg already has them: one Metrics (and one
+// middleware) per Registerer and store name.
 func New(reg prometheus.Registerer) (*Metrics, error) {
+	return NewWithConfig(reg, nil)
+}
+
+// NewWithConfig is New with a Config; cfg may be nil. It fails if reg
+// already has the collectors of a Metrics with the same Config.Store.
+func NewWithConfig(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 	if reg == nil {
 		return nil, errors.New("idemkit/server/prommetrics: New: reg is nil")
 	}
+	store := storeLabelDefault
+	if cfg != nil && cfg.Store != "" {
+		store = cfg.Store
+	}
+	labels := prometheus.Labels{"store": store}
 	counter := func(name, help string) prometheus.Counter {
-		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "idemkit", Subsystem: "server", Name: name, Help: help})
+		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "idemkit", Subsystem: "server", Name: name, Help: help,
+			ConstLabels: labels})
 	}
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "idemkit", Subsystem: "server", Name: "requests_total",
-			Help: "Keyed requests by outcome.",
+			Help: "Keyed requests by outcome.", ConstLabels: labels,
 		}, []string{"outcome"}),
 		claims:     counter("claims_total", "Claims acquired: the handler ran."),
 		replays:    counter("replays_total", "Stored responses replayed."),
@@ -70,16 +122,23 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		leaseLost:  counter("lease_lost_total", "Completions, releases or extensions refused because the lease was lost."),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "idemkit", Subsystem: "server", Name: "store_errors_total",
-			Help: "Store errors by operation.",
+			Help: "Store errors by operation (op=\"quota\" counts refusals by quota).", ConstLabels: labels,
 		}, []string{"op"}),
 		claimTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "idemkit", Subsystem: "server", Name: "claim_duration_seconds",
 			Help:    "Latency of the claim statement.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14), ConstLabels: labels,
 		}),
+		quota: counter("quota_rejections_total", "New keys refused 429 because the principal is over a per-principal quota."),
+	}
+	for _, o := range outcomes {
+		m.requests.WithLabelValues(string(o))
+	}
+	for _, op := range storeOps {
+		m.storeErrors.WithLabelValues(op)
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.claims, m.replays, m.conflicts, m.mismatches,
-		m.releases, m.takeovers, m.leaseLost, m.storeErrors, m.claimTime} {
+		m.releases, m.takeovers, m.leaseLost, m.storeErrors, m.claimTime, m.quota} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
@@ -120,5 +179,8 @@ func (m *Metrics) Observe(_ *http.Request, e server.Event) {
 	}
 	for _, op := range e.StoreErrors {
 		m.storeErrors.WithLabelValues(op).Inc()
+		if op == "quota" {
+			m.quota.Inc()
+		}
 	}
 }

@@ -364,9 +364,15 @@ func (s *Store) PrincipalUsage(ctx context.Context, principal string, now time.T
 	return s.s.PrincipalUsage(ctx, s.q, principal, now)
 }
 
-// Stats returns the size of the store at now (see server.StoreStats).
+// Stats returns the size and health of the store at now (see
+// server.StoreStats).
 func (s *Store) Stats(ctx context.Context, now time.Time) (server.StoreStats, error) {
-	return s.s.Stats(ctx, s.q, now)
+	st, err := s.s.Stats(ctx, s.q, now)
+	if err != nil {
+		return server.StoreStats{}, err
+	}
+	st.StoreHealth, err = s.health(ctx, now)
+	return st, err
 }
 
 // Tx returns the transaction of a transactional-mode request on a Store:

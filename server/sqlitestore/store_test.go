@@ -289,3 +289,28 @@ func TestSQLiteStore_Conformance(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) server.Store { return setupSQLite(t).store })
 }
+
+func TestStore_Health(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	storetest.RunHealth(t, b.ctx, b.store)
+}
+
+// PoolStats reports the *sql.DB's bound and the connections in use.
+func TestStore_PoolStats(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	b.db.SetMaxOpenConns(7)
+	conn, err := b.db.Conn(b.ctx)
+	require.NoError(t, err)
+	st := b.store.PoolStats()
+	require.NoError(t, conn.Close())
+	require.Equal(t, int64(7), st.MaxConns)
+	require.Equal(t, int64(1), st.InUse)
+}
+
+func TestStore_InFlight(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	storetest.RunInFlight(t, b.ctx, b.store)
+}

@@ -611,6 +611,7 @@ func RunStats(t *testing.T, ctx context.Context, store StatsStore) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 6_000_000, time.UTC)
 	st, err := store.Stats(ctx, t0)
 	require.NoError(t, err)
+	st.StoreHealth = server.StoreHealth{} // sizes: an empty table has pages
 	require.Equal(t, server.StoreStats{}, st)
 
 	claim := func(key string, now time.Time, window time.Duration) int64 {
@@ -636,6 +637,99 @@ func RunStats(t *testing.T, ctx context.Context, store StatsStore) {
 	require.Equal(t, int64(1), st.Expired)
 	require.Equal(t, int64(2), st.InProgress)
 	require.True(t, t0.Add(time.Second).Equal(st.OldestCreatedAt), "OldestCreatedAt: got %v", st.OldestCreatedAt)
+}
+
+// RunHealth checks the server.StoreHealth part of the Stats of a fresh,
+// migrated store: nothing stuck and no expiry on an empty store; then a
+// lease that ran out is stuck (a live completed row and a live lease are
+// not, nor is an expired in-progress row), the oldest expiry is that of the
+// expired row, and the table and its indexes have a size.
+func RunHealth(t *testing.T, ctx context.Context, store StatsStore) {
+	t.Helper()
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 6_000_000, time.UTC)
+	st, err := store.Stats(ctx, t0)
+	require.NoError(t, err)
+	require.Zero(t, st.Stuck)
+	require.True(t, st.OldestExpiresAt.IsZero(), "OldestExpiresAt of an empty store: got %v", st.OldestExpiresAt)
+
+	claim := func(key string, now time.Time, window, lease time.Duration) int64 {
+		res, err := store.Claim(ctx, server.ClaimRequest{
+			Scope:       server.Scope{Principal: "p", Endpoint: "e", Key: key},
+			Fingerprint: []byte{1}, FingerprintVersion: 1, Now: now,
+			ExpiresAt: now.Add(window), LockedUntil: now.Add(lease),
+		})
+		require.NoError(t, err)
+		require.True(t, res.Acquired)
+		return res.Token
+	}
+	claim("expired-in-progress", t0, time.Minute, time.Second)
+	claim("stuck", t0, time.Hour, time.Second)
+	claim("leased", t0, time.Hour, time.Hour)
+	token := claim("completed", t0, time.Hour, time.Second)
+	require.NoError(t, store.Complete(ctx, server.Scope{Principal: "p", Endpoint: "e", Key: "completed"}, token, t0,
+		&server.StoredResponse{Status: 200, Body: []byte("ok")}))
+
+	st, err = store.Stats(ctx, t0.Add(2*time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, int64(1), st.Stuck, "only the live in-progress row whose lease ended is stuck")
+	require.True(t, t0.Add(time.Minute).Equal(st.OldestExpiresAt), "OldestExpiresAt: got %v want %v", st.OldestExpiresAt, t0.Add(time.Minute))
+	require.Positive(t, st.TableBytes)
+	require.Positive(t, st.IndexBytes)
+}
+
+// InFlightStore is a store that lists its in-progress claims, as the SQL
+// stores do.
+type InFlightStore interface {
+	server.Store
+	InFlight(ctx context.Context, now time.Time, olderThan time.Duration, limit int) ([]server.Record, error)
+}
+
+// RunInFlight checks InFlight on a fresh, migrated store: it lists live
+// in-progress records created at least olderThan ago, oldest first, up to
+// limit, with their token and lease; never completed or expired ones.
+func RunInFlight(t *testing.T, ctx context.Context, store InFlightStore) {
+	t.Helper()
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 6_000_000, time.UTC)
+	claim := func(key string, now time.Time, window time.Duration) int64 {
+		res, err := store.Claim(ctx, server.ClaimRequest{
+			Scope:       server.Scope{Principal: "p", Endpoint: "e", Key: key},
+			Fingerprint: []byte{7}, FingerprintVersion: 1, Now: now,
+			ExpiresAt: now.Add(window), LockedUntil: now.Add(time.Second),
+		})
+		require.NoError(t, err)
+		require.True(t, res.Acquired)
+		return res.Token
+	}
+	claim("old", t0, time.Hour)
+	claim("new", t0.Add(50*time.Second), time.Hour)
+	claim("expired", t0, time.Minute)
+	tok := claim("done", t0, time.Hour)
+	require.NoError(t, store.Complete(ctx, server.Scope{Principal: "p", Endpoint: "e", Key: "done"}, tok, t0, &server.StoredResponse{Status: 200}))
+
+	now := t0.Add(2 * time.Minute)
+	keys := func(olderThan time.Duration, limit int) []string {
+		recs, err := store.InFlight(ctx, now, olderThan, limit)
+		require.NoError(t, err)
+		var out []string
+		for _, r := range recs {
+			require.Equal(t, server.StateInProgress, r.State)
+			out = append(out, r.Key)
+		}
+		return out
+	}
+	require.Equal(t, []string{"old", "new"}, keys(0, 100))
+	require.Equal(t, []string{"old"}, keys(90*time.Second, 100))
+	require.Equal(t, []string{"old"}, keys(0, 1))
+	recs, err := store.InFlight(ctx, now, 90*time.Second, 10)
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	r := recs[0]
+	require.Equal(t, server.Scope{Principal: "p", Endpoint: "e", Key: "old"}, r.Scope)
+	require.Equal(t, int64(1), r.Token)
+	require.Equal(t, []byte{7}, r.Fingerprint)
+	require.True(t, t0.Equal(r.CreatedAt), "CreatedAt: got %v", r.CreatedAt)
+	require.True(t, t0.Add(time.Second).Equal(r.LockedUntil), "LockedUntil: got %v", r.LockedUntil)
+	require.True(t, t0.Add(time.Hour).Equal(r.ExpiresAt), "ExpiresAt: got %v", r.ExpiresAt)
 }
 
 // Migrator is a store that applies its own schema.

@@ -63,6 +63,7 @@ type Sweeper struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	closeOnce sync.Once
+	stats     stats
 }
 
 // Start starts a goroutine that deletes expired records from store,
@@ -102,15 +103,19 @@ func (s *Sweeper) run(ctx context.Context) {
 }
 
 func (s *Sweeper) sweepOnce(ctx context.Context) {
-	n, err := s.store.Sweep(ctx, s.timeNowFunc().Add(-s.cfg.Grace))
+	start := s.timeNowFunc()
+	n, err := s.store.Sweep(ctx, start.Add(-s.cfg.Grace))
+	end := s.timeNowFunc()
 	switch {
 	case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		// Closed mid-sweep: not a failure.
+		return
 	case err != nil:
 		s.cfg.Logger.WarnContext(ctx, "idemkit: sweep of expired idempotency records failed", "deleted", n, "error", err)
 	case n > 0:
 		s.cfg.Logger.DebugContext(ctx, "idemkit: swept expired idempotency records", "deleted", n)
 	}
+	s.stats.record(n, err != nil, end, end.Sub(start))
 }
 
 // Close stops the sweeper, canceling a sweep in progress, and waits for its
