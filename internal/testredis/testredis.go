@@ -235,3 +235,11 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 
 // String names the cluster's nodes.
 func (c *Cluster) String() string { return fmt.Sprint(c.Addrs) }
+
+// NodeClient returns a client of one node, closed when t ends.
+func NodeClient(t testing.TB, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 2})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}

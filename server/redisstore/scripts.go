@@ -8,6 +8,7 @@ import "github.com/redis/go-redis/v9"
 //	st   state: "p" in progress, "c" completed
 //	fp   request fingerprint (bytes)     fv   fingerprint version
 //	tok  fencing token                   cid  claim id (random, per claim)
+//	to   1 when the claim took over a lapsed lease
 //	lu   lease end, ms since the epoch   ca   created, ms   ea  expires, ms
 //	rs   response status   rh  response header (wire.EncodeHeader)
 //	rb   response body     ro  "1" when the body was omitted
@@ -37,13 +38,19 @@ end
 // holds for this scope: see heldClaims).
 //
 // Returns {1, token, takenOver} when it acquired, {0, now, fields...} (the
-// live record's HGETALL) when not.
+// live record's HGETALL) when not. A record that already holds this claim
+// id is this very claim, written by an earlier run whose reply was lost (a
+// client retries a command on a broken connection): it is acquired again,
+// not reported as someone else's claim in progress.
 var claimScript = redis.NewScript(nowLua + `
-local rec = redis.call('HMGET', KEYS[1], 'st', 'fp', 'tok', 'lu', 'ea')
+local rec = redis.call('HMGET', KEYS[1], 'st', 'fp', 'tok', 'lu', 'ea', 'cid', 'to')
 local tok = 0
 local takeover = 0
 if rec[1] then
   tok = tonumber(rec[3])
+  if rec[6] == ARGV[6] then
+    return {1, tok, tonumber(rec[7])}
+  end
   if tonumber(rec[5]) > now then
     if rec[1] ~= 'p' or tonumber(rec[4]) > now or rec[2] ~= ARGV[4] then
       local out = redis.call('HGETALL', KEYS[1])
@@ -59,7 +66,7 @@ tok = math.max(tok + 1, tonumber(ARGV[7]))
 local lease = tonumber(ARGV[2])
 local window = tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], 'st', 'p', 'fp', ARGV[4], 'fv', ARGV[5], 'tok', int(tok),
-  'cid', ARGV[6], 'lu', int(now + lease), 'ca', int(now), 'ea', int(now + window))
+  'cid', ARGV[6], 'to', takeover, 'lu', int(now + lease), 'ca', int(now), 'ea', int(now + window))
 redis.call('PEXPIRE', KEYS[1], window)
 return {1, tok, takeover}
 `)
@@ -76,8 +83,16 @@ end
 // completeScript stores a response for the claim ARGV[2], ARGV[3].
 //
 // ARGV: now, token, claim id, status, header, body, omitted ("1" or "0").
-// Returns 1 when stored, 0 when the claim is not current.
-var completeScript = redis.NewScript(heldLua + `
+// Returns 1 when stored, or already stored by this very claim (a retry
+// whose first reply was lost), 0 when the claim is not current.
+var completeScript = redis.NewScript(nowLua + `
+local rec = redis.call('HMGET', KEYS[1], 'st', 'tok', 'cid', 'ea')
+if rec[2] ~= ARGV[2] or rec[3] ~= ARGV[3] or not rec[4] or tonumber(rec[4]) <= now then
+  return 0
+end
+if rec[1] == 'c' then
+  return 1
+end
 redis.call('HSET', KEYS[1], 'st', 'c', 'rs', ARGV[4], 'rh', ARGV[5], 'rb', ARGV[6], 'ro', ARGV[7])
 redis.call('HDEL', KEYS[1], 'lu')
 return 1

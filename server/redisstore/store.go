@@ -185,7 +185,9 @@ func (s *Store) runClaim(ctx context.Context, key string, args []any) ([]any, er
 // Complete stores resp for the claim this Store acquired with token, and
 // marks the record completed. It returns server.ErrLeaseLost if the claim
 // is no longer current: taken over, expired, released, lost by Redis, or
-// not acquired by this Store.
+// not acquired by this Store. Complete may be retried after an error: when
+// the first call stored the response and only its reply was lost, the
+// retry returns nil.
 func (s *Store) Complete(ctx context.Context, sc server.Scope, token int64, now time.Time, resp *server.StoredResponse) error {
 	if err := validateResponse(resp); err != nil {
 		return err
