@@ -23,7 +23,7 @@ type App struct {
 	cfg      *Config
 	handler  http.Handler
 	handlers *handlers
-	backend  string // "sqlite" or "postgres"
+	backend  string // "sqlite", "postgres" or "redis"
 
 	stop      context.CancelFunc // cancels handlers.stopping
 	sweeper   *sweeper.Sweeper
@@ -52,7 +52,11 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 
 	var store server.Store
 	var l ledger
-	if cfg.DSN != "" {
+	if IsRedisDSN(cfg.DSN) {
+		if store, l, err = a.openRedis(ctx, cfg); err != nil {
+			return nil, err
+		}
+	} else if cfg.DSN != "" {
 		a.backend = "postgres"
 		pcfg, err := pgxpool.ParseConfig(cfg.DSN)
 		if err != nil {
@@ -136,7 +140,7 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 // middleware) and GET /v1/payments.
 func (a *App) Handler() http.Handler { return a.handler }
 
-// Backend returns "sqlite" or "postgres".
+// Backend returns "sqlite", "postgres" or "redis".
 func (a *App) Backend() string { return a.backend }
 
 // Config returns the configuration the App runs with, defaults filled in.
