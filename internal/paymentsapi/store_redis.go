@@ -37,6 +37,9 @@ func (a *App) openRedis(ctx context.Context, cfg *Config) (server.Store, ledger,
 	if err != nil {
 		return nil, ledger{}, fmt.Errorf("parse --dsn: %w", err)
 	}
+	// Calls end with their context (the middleware's StoreTimeout), not
+	// only with the client's read timeout.
+	opts.ContextTimeoutEnabled = true
 	client := redis.NewClient(opts)
 	a.closers = append(a.closers, func() { _ = client.Close() })
 	if err := client.Ping(ctx).Err(); err != nil {

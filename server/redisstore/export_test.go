@@ -13,3 +13,9 @@ func HeldClaims(s *Store) int { return s.held.len() }
 
 // Key returns the key of the record of sc.
 var Key = (*Store).key
+
+// ClaimScriptHash and CompleteScriptHash are the SHA1s EVALSHA sends.
+var (
+	ClaimScriptHash    = claimScript.Hash()
+	CompleteScriptHash = completeScript.Hash()
+)

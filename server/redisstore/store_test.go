@@ -43,3 +43,10 @@ func TestRedisStore_ClusterConformance(t *testing.T) {
 		return newStore(t, client, fmt.Sprintf("case%d:", n.Add(1)))
 	})
 }
+
+// sharedPrefix returns a client of the shared Redis and a key prefix of
+// t's own.
+func sharedPrefix(t *testing.T) (*redis.Client, string) {
+	t.Helper()
+	return testredis.Shared(t)
+}

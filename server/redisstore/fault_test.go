@@ -1,0 +1,115 @@
+package redisstore_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/testdb"
+	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/redisstore"
+	"github.com/idemkit/idemkit/server/storetest"
+)
+
+type faultBundle struct {
+	ctx   context.Context
+	proxy *tcpProxy
+	store *redisstore.Store
+}
+
+// setupFault returns a store whose client reaches the shared Redis through
+// a proxy of the test's own. The client bounds each call by its context
+// (ContextTimeoutEnabled), as the middleware's StoreTimeout needs.
+func setupFault(t *testing.T, maxRetries int) *faultBundle {
+	t.Helper()
+	opts, err := redis.ParseURL(testdb.DSN(t, testdb.Redis))
+	require.NoError(t, err)
+	b := &faultBundle{ctx: storetest.Context(t), proxy: newTCPProxy(t, opts.Addr)}
+	opts.Addr = b.proxy.Addr()
+	opts.PoolSize = 4
+	opts.ContextTimeoutEnabled = true
+	opts.MaxRetries = maxRetries
+	opts.DialTimeout = time.Second
+	client := redis.NewClient(opts)
+	t.Cleanup(func() { _ = client.Close() })
+	_, prefix := sharedPrefix(t)
+	b.store, err = redisstore.New(client, &redisstore.Config{Prefix: prefix})
+	require.NoError(t, err)
+	return b
+}
+
+func TestStore_CutConnection(t *testing.T) {
+	t.Parallel()
+	b := setupFault(t, -1)
+	b.proxy.Cut()
+	req := claimAt(time.Now(), "cut", time.Minute, time.Hour)
+	_, err := b.store.Claim(b.ctx, req)
+	require.ErrorIs(t, err, server.ErrStoreUnavailable)
+
+	b.proxy.Restore()
+	res, err := b.store.Claim(b.ctx, req)
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+}
+
+func TestStore_FrozenPathEndsWithTheContext(t *testing.T) {
+	t.Parallel()
+	b := setupFault(t, -1)
+	req := claimAt(time.Now(), "frozen", time.Minute, time.Hour)
+	res, err := b.store.Claim(b.ctx, req)
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+
+	b.proxy.Freeze()
+	ctx, cancel := context.WithTimeout(b.ctx, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = b.store.Complete(ctx, req.Scope, res.Token, time.Now(), &server.StoredResponse{Status: http.StatusOK})
+	require.Error(t, err)
+	require.Less(t, time.Since(start), 2*time.Second, "the call must end with its context, not the client's read timeout")
+	require.Equal(t, 1, redisstore.HeldClaims(b.store), "a failed completion keeps the claim for a retry")
+
+	b.proxy.Restore()
+	require.NoError(t, b.store.Complete(b.ctx, req.Scope, res.Token, time.Now(), &server.StoredResponse{Status: http.StatusOK}))
+}
+
+// A reply lost on the way back makes go-redis retry the command on a new
+// connection (MaxRetries): the script runs twice, and the second run must
+// recognise the first's claim (or completion) as its own.
+func TestStore_LostReplyIsRetriedAsTheSameClaim(t *testing.T) {
+	t.Parallel()
+	b := setupFault(t, 3)
+	req := claimAt(time.Now(), "lost-reply", time.Minute, time.Hour)
+
+	b.proxy.LoseReplyTo([]byte(redisstore.ClaimScriptHash))
+	res, err := b.store.Claim(b.ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, 1, b.proxy.Lost())
+	require.True(t, res.Acquired, "the retried claim reported its own claim as someone else's: %+v", res.Existing)
+	require.Equal(t, int64(1), res.Token)
+
+	b.proxy.LoseReplyTo([]byte(redisstore.CompleteScriptHash))
+	want := &server.StoredResponse{Status: http.StatusCreated, Body: []byte("done")}
+	require.NoError(t, b.store.Complete(b.ctx, req.Scope, res.Token, time.Now(), want), "the retried completion found its own response")
+	require.Equal(t, 2, b.proxy.Lost())
+	rec, err := b.store.Get(b.ctx, req.Scope, time.Now())
+	require.NoError(t, err)
+	require.Equal(t, server.StateCompleted, rec.State)
+	require.Equal(t, "done", string(rec.Response.Body))
+
+	// Without retries the lost reply is an error, and the claim stays held
+	// until its lease ends (a retry of the request is told it is in flight).
+	nr := setupFault(t, -1)
+	req2 := claimAt(time.Now(), "lost-reply-no-retry", time.Minute, time.Hour)
+	nr.proxy.LoseReplyTo([]byte(redisstore.ClaimScriptHash))
+	_, err = nr.store.Claim(nr.ctx, req2)
+	require.ErrorIs(t, err, server.ErrStoreUnavailable)
+	dup, err := nr.store.Claim(nr.ctx, req2)
+	require.NoError(t, err)
+	require.False(t, dup.Acquired)
+	require.Equal(t, server.StateInProgress, dup.Existing.State)
+}
