@@ -13,8 +13,9 @@
 // their window ended, and their keys silently stopped deduplicating. Alert
 // on it (testdata/alerts.yml holds this rule, checked with promtool):
 //
-//   - alert: IdemkitRedisEvictions
-//     expr: increase(idemkit_redis_evicted_keys_total[5m]) > 0
+//	rules:
+//	  - alert: IdemkitRedisEvictions
+//	    expr: increase(idemkit_redis_evicted_keys_total[5m]) > 0
 package redismetrics
 
 import (
