@@ -43,7 +43,13 @@ var _ server.Store = (*Store)(nil)
 // New returns a store on client; cfg may be nil. Unless
 // Config.AllowEviction is set, New reads INFO memory from the server (every
 // master of a cluster) and returns an *EvictionPolicyError when one's
-// maxmemory-policy is not noeviction, within Config.CheckTimeout.
+// maxmemory-policy is not noeviction, within Config.CheckTimeout; it fails
+// too when the server cannot be read then.
+//
+// client is what redis.NewClient, NewFailoverClient, NewClusterClient,
+// NewFailoverClusterClient, NewUniversalClient or NewRing return: the check
+// and Evictions reach every master through the concrete type, and refuse
+// another implementation of redis.UniversalClient.
 func New(client redis.UniversalClient, cfg *Config) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("idemkit/server/redisstore: New: client is nil")
