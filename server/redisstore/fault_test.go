@@ -2,7 +2,11 @@ package redisstore_test
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/testdb"
+	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/redisstore"
 	"github.com/idemkit/idemkit/server/storetest"
@@ -112,4 +117,67 @@ func TestStore_LostReplyIsRetriedAsTheSameClaim(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, dup.Acquired)
 	require.Equal(t, server.StateInProgress, dup.Existing.State)
+}
+
+// Through the middleware: with Redis cut or frozen the handler does not run
+// and the request is answered 503 store-unavailable within the store
+// timeout (fail closed). A claim frozen in transit reaches Redis after the
+// middleware gave up on it: the key is held by a claim nobody runs until
+// its lease ends, retries are told it is in flight (409), and then one of
+// them takes it over and runs the handler once.
+func TestMiddleware_RedisUnreachableFailsClosed(t *testing.T) {
+	t.Parallel()
+	b := setupFault(t, -1)
+	m, err := server.New(b.store, &server.Config{
+		PrincipalFunc: func(*http.Request) (string, error) { return "acct", nil },
+		StoreTimeout:  300 * time.Millisecond,
+		LeaseDuration: time.Second,
+	})
+	require.NoError(t, err)
+	runs := map[string]*atomic.Int64{"warm-up": {}, "cut": {}, "frozen": {}}
+	ts := httptest.NewServer(m.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs[r.Header.Get("Idempotency-Key")].Add(1)
+		w.WriteHeader(http.StatusCreated)
+	})))
+	defer ts.Close()
+	post := func(key string) (int, string, error) {
+		req, err := http.NewRequestWithContext(b.ctx, http.MethodPost, ts.URL+"/payments", strings.NewReader(`{}`))
+		if err != nil {
+			return 0, "", err
+		}
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := ts.Client().Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body), err
+	}
+	// Connections are open before the faults: the frozen one has a command
+	// in transit.
+	status, body, err := post("warm-up")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, status, body)
+
+	for _, fault := range []struct {
+		name  string
+		apply func()
+	}{{"cut", b.proxy.Cut}, {"frozen", b.proxy.Freeze}} {
+		fault.apply()
+		start := time.Now()
+		status, body, err := post(fault.name)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusServiceUnavailable, status, "%s: %s", fault.name, body)
+		require.Contains(t, body, wire.ProblemStoreUnavailable, fault.name)
+		require.Less(t, time.Since(start), 3*time.Second, "%s: the claim must end by the store timeout", fault.name)
+		require.Zero(t, runs[fault.name].Load(), "%s: the handler must not run without a claim", fault.name)
+		b.proxy.Restore()
+
+		require.Eventually(t, func() bool {
+			status, _, err := post(fault.name)
+			return err == nil && status == http.StatusCreated
+		}, 20*time.Second, 50*time.Millisecond, "%s: the key never ran after the fault", fault.name)
+		require.Equal(t, int64(1), runs[fault.name].Load(), fault.name)
+	}
 }
