@@ -1,6 +1,7 @@
 package redisstore_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -167,4 +168,46 @@ func TestMiddleware_RedisRestartRunsHandlerAgain(t *testing.T) {
 	require.Equal(t, "true", resp.Header.Get("Idempotent-Replayed"))
 	require.Equal(t, "run 2", body, "the first run's late completion must not replace the claim of the second")
 	require.Equal(t, int64(2), runs.Load())
+}
+
+// A handler whose claim Redis forgot learns it at the next heartbeat: its
+// context is canceled with cause server.ErrLeaseLost (the extension is
+// refused, the claim id being gone), so it can stop acting on the claim.
+func TestMiddleware_RedisRestartCancelsTheHandler(t *testing.T) {
+	t.Parallel()
+	ctx := storetest.Context(t)
+	srv := testredis.Start(t)
+	store, err := redisstore.New(srv.Client(t), nil)
+	require.NoError(t, err)
+	m, err := server.New(store, &server.Config{
+		PrincipalFunc: func(*http.Request) (string, error) { return "acct", nil },
+		LeaseDuration: 600 * time.Millisecond, // a heartbeat every 200ms
+	})
+	require.NoError(t, err)
+	in, cause := make(chan struct{}), make(chan error, 1)
+	ts := httptest.NewServer(m.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(in)
+		select {
+		case <-r.Context().Done():
+			cause <- context.Cause(r.Context())
+		case <-ctx.Done():
+			cause <- ctx.Err()
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})))
+	defer ts.Close()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/payments", strings.NewReader(`{}`))
+	require.NoError(t, err)
+	req.Header.Set("Idempotency-Key", "forgotten")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if resp, err := ts.Client().Do(req); err == nil {
+			_ = resp.Body.Close()
+		}
+	}()
+	<-in
+	srv.Restart(t)
+	require.ErrorIs(t, <-cause, server.ErrLeaseLost)
+	<-done
 }
