@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/testredis"
+	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/redisstore"
 	"github.com/idemkit/idemkit/server/storetest"
 )
@@ -79,6 +81,30 @@ func TestStore_EvictionsSumsClusterMasters(t *testing.T) {
 	store, err := redisstore.New(cluster.Client(t), nil)
 	require.NoError(t, err)
 	n, err := store.Evictions(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
+
+// A full Redis under noeviction refuses writes (OOM): a claim fails with
+// server.ErrStoreFull, and the middleware answers 503 without running the
+// handler; nothing is evicted.
+func TestStore_FullRedisRefusesClaims(t *testing.T) {
+	t.Parallel()
+	ctx := storetest.Context(t)
+	srv := testredis.Start(t, "maxmemory", "4mb", "maxmemory-policy", "noeviction")
+	client := srv.Client(t)
+	store, err := redisstore.New(client, nil)
+	require.NoError(t, err)
+
+	value := strings.Repeat("x", 16<<10)
+	full := false
+	for i := 0; i < 1024 && !full; i++ {
+		full = client.Set(ctx, fmt.Sprintf("filler:%d", i), value, 0).Err() != nil
+	}
+	require.True(t, full, "16 MB never filled a 4 MB Redis")
+	_, err = store.Claim(ctx, claimAt(time.Now(), "full", time.Minute, time.Hour))
+	require.ErrorIs(t, err, server.ErrStoreFull)
+	n, err := store.Evictions(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n)
 }
