@@ -243,3 +243,16 @@ func NodeClient(t testing.TB, addr string) *redis.Client {
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// Kill kills the node of the cluster at addr (SIGKILL) and does not restart
+// it.
+func (c *Cluster) Kill(t testing.TB, addr string) {
+	t.Helper()
+	for _, s := range c.servers {
+		if s.Addr == addr {
+			s.stop()
+			return
+		}
+	}
+	t.Fatalf("no node %s in the cluster %v", addr, c.Addrs)
+}

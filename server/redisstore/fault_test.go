@@ -2,6 +2,8 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/testdb"
+	"github.com/idemkit/idemkit/internal/testredis"
 	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/redisstore"
@@ -180,4 +183,48 @@ func TestMiddleware_RedisUnreachableFailsClosed(t *testing.T) {
 		}, 20*time.Second, 50*time.Millisecond, "%s: the key never ran after the fault", fault.name)
 		require.Equal(t, int64(1), runs[fault.name].Load(), fault.name)
 	}
+}
+
+// A cluster master that dies takes its slots with it: a claim of a scope in
+// them fails closed (go-redis redials the dead node until the call's
+// deadline, so the error is context.DeadlineExceeded, or
+// server.ErrStoreUnavailable), while scopes in the other masters' slots are
+// still served.
+func TestStore_ClusterMasterDownFailsClosed(t *testing.T) {
+	t.Parallel()
+	ctx := storetest.Context(t)
+	cluster := testredis.StartCluster(t)
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs, PoolSize: 4,
+		ContextTimeoutEnabled: true, DialTimeout: 200 * time.Millisecond, MaxRetries: 1})
+	t.Cleanup(func() { _ = client.Close() })
+	store, err := redisstore.New(client, nil)
+	require.NoError(t, err)
+
+	// One scope on the master that dies, one elsewhere.
+	victim := cluster.Addrs[0]
+	var doomed, alive *server.ClaimRequest
+	for i := 0; doomed == nil || alive == nil; i++ {
+		require.Less(t, i, 1000, "no scope found on every master")
+		req := claimAt(time.Now(), fmt.Sprintf("k%d", i), time.Minute, time.Hour)
+		master, err := client.MasterForKey(ctx, redisstore.Key(store, req.Scope))
+		require.NoError(t, err)
+		switch on := master.Options().Addr == victim; {
+		case on && doomed == nil:
+			doomed = &req
+		case !on && alive == nil:
+			alive = &req
+		}
+	}
+	cluster.Kill(t, victim)
+
+	callCtx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err = store.Claim(callCtx, *doomed)
+	require.Error(t, err)
+	t.Logf("claim on the dead master: %v", err)
+	require.True(t, errors.Is(err, server.ErrStoreUnavailable) || errors.Is(err, context.DeadlineExceeded),
+		"got %v, want ErrStoreUnavailable or the call's deadline", err)
+	res, err := store.Claim(ctx, *alive)
+	require.NoError(t, err, "the other masters' slots are still served")
+	require.True(t, res.Acquired)
 }
