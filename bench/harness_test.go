@@ -250,6 +250,9 @@ func TestFlags_DescribeTheRun(t *testing.T) {
 			require.True(t, c.Client)
 			require.False(t, c.Server || c.Sweep)
 		}},
+		{args: []string{"-redis", "redis://127.0.0.1:6379/0"}, check: func(t *testing.T, c config) {
+			require.Equal(t, "redis://127.0.0.1:6379/0", c.Redis)
+		}},
 		{args: []string{"-clients", "0"}, wantErr: "-clients"},
 		{args: []string{"-sections", "server,disk"}, wantErr: "unknown section"},
 		{args: []string{"-rounds", "0"}, wantErr: "positive"},

@@ -57,6 +57,7 @@ type config struct {
 	ReplayPool  int           // completed keys kept per mode for the replay cells
 	Modes       []string      // server modes to run besides the baseline; nil: all
 	NewKeysOnly bool          // the server section runs no replay cells
+	Redis       string        // redis://…: add the Redis modes (see redisModes)
 	sweepMaxDur time.Duration // bound of the during-sweep cell
 
 	// Test hooks: extra server modes and the enqueuers to measure (nil:
@@ -118,6 +119,7 @@ func bindFlags(fs *flag.FlagSet) *cmdFlags {
 	fs.StringVar(&f.cfg.Dir, "dir", os.TempDir(), "directory for the client section's SQLite files (use a real disk, not tmpfs)")
 	fs.StringVar(&f.modes, "modes", "", "comma-separated server modes to run besides the baseline (handwritten); empty: all")
 	fs.BoolVar(&f.cfg.NewKeysOnly, "new-keys-only", false, "the server section runs only the new-key cells")
+	fs.StringVar(&f.cfg.Redis, "redis", "", "redis://host:port/n: add the modes redis-handwritten (SET NX PX + SET) and redis-lease (redisstore)")
 	fs.BoolVar(&f.full, "full", false, "with go test: run TestFullRun (ignored by the command)")
 	return f
 }

@@ -139,6 +139,14 @@ func newPgEnv(ctx context.Context, cfg config) (env *pgEnv, err error) {
 	if cfg.extraModes != nil {
 		env.modes = append(env.modes, cfg.extraModes(env)...)
 	}
+	if cfg.Redis != "" {
+		rm, closeRedis, err := redisModes(ctx, env, cfg.Redis, cfg.Pool)
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, closeRedis)
+		env.modes = append(env.modes, rm...)
+	}
 	if env.modes, err = selectModes(env.modes, cfg.Modes); err != nil {
 		return nil, err
 	}

@@ -110,7 +110,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 func (d *demo) startServer(ctx context.Context) error {
 	backend := "embedded SQLite " + filepath.Join(d.dir, "payments.db")
 	args := []string{"--delay", d.o.delay.String()}
-	if d.o.dsn != "" {
+	if paymentsapi.IsRedisDSN(d.o.dsn) {
+		// Redis keeps the idempotency records; the ledger stays in SQLite.
+		backend = "Redis, ledger in " + backend
+		args = append(args, "--dsn", d.o.dsn, "--db", filepath.Join(d.dir, "payments.db"))
+	} else if d.o.dsn != "" {
 		backend = "PostgreSQL"
 		if strings.HasPrefix(d.o.dsn, "mysql://") || strings.HasPrefix(d.o.dsn, "mariadb://") {
 			backend = "MySQL/MariaDB"

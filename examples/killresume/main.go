@@ -101,7 +101,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprintln(stderr, "usage: go run ./examples/killresume [--dsn postgres://...] [--delay 3s] [--keep] [--verbose]")
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&o.dsn, "dsn", "", "run the payments API on this PostgreSQL (postgres://...) or MySQL/MariaDB (mysql://user:pass@host:port/db) database instead of an embedded SQLite file")
+	fs.StringVar(&o.dsn, "dsn", "", "run the payments API on this PostgreSQL (postgres://...) or MySQL/MariaDB (mysql://user:pass@host:port/db) database, or with its idempotency records in this Redis (redis://host:port/n), instead of an embedded SQLite file")
 	fs.DurationVar(&o.delay, "delay", o.delay, "how long the server holds each payment handler (the in-flight window the client is killed in), 1s to 10s")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (payments database, client queue) and print its path")
 	fs.BoolVar(&o.verbose, "verbose", false, "also show the child processes' logs (server request log, SDK debug log)")

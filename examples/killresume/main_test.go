@@ -167,6 +167,7 @@ func TestDemo(t *testing.T) {
 		{"sqlite", func(*testing.T) []string { return nil }},
 		{"postgres", func(t *testing.T) []string { return []string{"--dsn", testpg.SchemaDSN(t)} }},
 		{"mysql", func(t *testing.T) []string { return []string{"--dsn", testmysql.URL(t)} }},
+		{"redis", func(t *testing.T) []string { return []string{"--dsn", testdb.DSN(t, testdb.Redis)} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -80,7 +80,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("payments", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.addr, "addr", o.addr, "listen address; 127.0.0.1:0 picks a free port")
-	fs.StringVar(&o.cfg.DSN, "dsn", o.cfg.DSN, "PostgreSQL DSN (postgres://...) or MySQL/MariaDB DSN (mysql://user:pass@host:port/db); without it the SQLite file --db is used")
+	fs.StringVar(&o.cfg.DSN, "dsn", o.cfg.DSN, "PostgreSQL DSN (postgres://...), MySQL/MariaDB DSN (mysql://user:pass@host:port/db), or Redis (redis://host:port/n: lease mode, ledger in --db); without it the SQLite file --db is used")
 	fs.StringVar(&o.cfg.DB, "db", o.cfg.DB, "SQLite database file, created if missing (ignored with --dsn)")
 	fs.DurationVar(&o.cfg.Window, "window", o.cfg.Window, "idempotency window: how long a key is remembered and replayed")
 	fs.DurationVar(&o.cfg.Delay, "delay", o.cfg.Delay, "hold each payment handler this long before the payment is made")
@@ -98,6 +98,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if err := o.validate(); err != nil {
 		return options{}, err
+	}
+	if !flagGiven(fs, "mode") {
+		o.mode = string(paymentsapi.DefaultMode(o.cfg.DSN)) // lease with Redis
 	}
 	o.cfg.Mode = paymentsapi.Mode(o.mode)
 	o.cfg.SweepInterval = o.sweep

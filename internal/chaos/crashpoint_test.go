@@ -22,6 +22,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testpg"
+	"github.com/idemkit/idemkit/internal/testredis"
 	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
 )
@@ -455,6 +456,11 @@ func paymentsTarget(t *testing.T, store, dir string) (target string, args []stri
 		return target, append(args, "--dsn", target)
 	}
 	target = filepath.Join(dir, "payments.db")
+	if store == storeRedis {
+		// A Redis of the test's own: the records of one test cannot meet
+		// another's; the ledger stays in the SQLite file.
+		return target, append(args, "--dsn", testredis.Start(t).URL(), "--db", target)
+	}
 	return target, append(args, "--db", target)
 }
 

@@ -51,7 +51,7 @@ func openInspector(t *testing.T, store, target string) *inspector {
 		}
 		in.pg = pool
 		t.Cleanup(pool.Close)
-	case storeSQLite:
+	case storeSQLite, storeRedis: // with Redis, the ledger is in SQLite
 		db, err := sqlitestore.Open(ctx, target)
 		if err != nil {
 			t.Fatal(err)

@@ -25,6 +25,9 @@ const roleServer = "server"
 const (
 	storeSQLite   = "sqlite"
 	storePostgres = "postgres"
+	// storeRedis is the payments binary with --dsn redis://… (lease mode,
+	// the ledger in SQLite); see paymentsTarget.
+	storeRedis = "redis"
 )
 
 // The effect the crash-point handler performs (serverSpec.Effect).

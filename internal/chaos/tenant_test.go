@@ -7,11 +7,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/wire"
@@ -52,6 +54,7 @@ func TestTenantIsolation(t *testing.T) {
 		mode  string
 	}{
 		{storeSQLite, "lease"},
+		{storeRedis, "lease"},
 		{storePostgres, "transactional"},
 		{storeSQLite, "transactional"},
 	} {
@@ -128,8 +131,15 @@ func TestTenantIsolation(t *testing.T) {
 				// start their delay: wait until all of them are. A claim that
 				// already completed (a slow, loaded machine) counts too: B must
 				// not see A's record in either state.
+				countA := func() (int, error) {
+					return insp.count(ctx, `SELECT count(*) FROM idempotency_keys WHERE principal = ?`, "tenantA")
+				}
+				if tc.store == storeRedis {
+					// The test's own Redis holds A's records only.
+					countA = redisKeyCounter(ctx, t, args)
+				}
 				for {
-					got, err := insp.count(ctx, `SELECT count(*) FROM idempotency_keys WHERE principal = ?`, "tenantA")
+					got, err := countA()
 					require.NoError(t, err)
 					if got == n {
 						break
@@ -246,5 +256,21 @@ func TestTenantIsolation_DownstreamKey(t *testing.T) {
 			_, effects := ds.stats()
 			require.Equal(t, tc.effects, effects)
 		})
+	}
+}
+
+// redisKeyCounter returns a function that counts the keys of the Redis of
+// args' --dsn.
+func redisKeyCounter(ctx context.Context, t *testing.T, args []string) func() (int, error) {
+	t.Helper()
+	i := slices.Index(args, "--dsn")
+	require.GreaterOrEqual(t, i, 0, "no --dsn in %q", args)
+	opts, err := redis.ParseURL(args[i+1])
+	require.NoError(t, err)
+	rc := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rc.Close() })
+	return func() (int, error) {
+		n, err := rc.DBSize(ctx).Result()
+		return int(n), err
 	}
 }

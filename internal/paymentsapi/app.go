@@ -25,7 +25,7 @@ type App struct {
 	cfg      *Config
 	handler  http.Handler
 	handlers *handlers
-	backend  string // "sqlite", "postgres" or "mysql"
+	backend  string // "sqlite", "postgres", "mysql" or "redis"
 
 	stop    context.CancelFunc // cancels handlers.stopping
 	sweeper *sweeper.Sweeper
@@ -68,6 +68,10 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 		}
 		a.closers = append(a.closers, closeFunc)
 		store, l = st, ledger{d: d}
+	} else if IsRedisDSN(cfg.DSN) {
+		if store, l, err = a.openRedis(ctx, cfg); err != nil {
+			return nil, err
+		}
 	} else if cfg.DSN != "" {
 		a.backend = "postgres"
 		pcfg, err := pgxpool.ParseConfig(cfg.DSN)
@@ -161,7 +165,7 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 // middleware) and GET /v1/payments.
 func (a *App) Handler() http.Handler { return a.handler }
 
-// Backend returns "sqlite", "postgres" or "mysql".
+// Backend returns "sqlite", "postgres", "mysql" or "redis".
 func (a *App) Backend() string { return a.backend }
 
 // Config returns the configuration the App runs with, defaults filled in.

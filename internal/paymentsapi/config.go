@@ -41,7 +41,9 @@ const (
 // DBDefault.
 type Config struct {
 	// DSN, if set, is a PostgreSQL connection string: the API migrates and
-	// uses PostgreSQL (pgxpool) and DB is ignored. Defaults to "" (SQLite).
+	// uses PostgreSQL (pgxpool) and DB is ignored. A Redis URL
+	// (redis://host:port/n, see IsRedisDSN) keeps the idempotency records
+	// in Redis, in lease mode, and the ledger in DB. Defaults to "" (SQLite).
 	DSN string
 
 	// DB is the SQLite database file, created if missing. Used only without
@@ -114,14 +116,14 @@ func (c *Config) WithDefaults() *Config {
 	if c != nil {
 		out = *c
 	}
-	if out.DSN == "" && out.DB == "" {
+	if (out.DSN == "" || IsRedisDSN(out.DSN)) && out.DB == "" {
 		out.DB = DBDefault
 	}
 	if out.Window == 0 {
 		out.Window = WindowDefault
 	}
 	if out.Mode == "" {
-		out.Mode = ModeDefault
+		out.Mode = DefaultMode(out.DSN)
 	}
 	if out.LeaseDuration == 0 {
 		out.LeaseDuration = min(30*time.Second, out.Window/2)
@@ -150,6 +152,9 @@ func (c *Config) validate() error {
 	}
 	if c.Mode != ModeTransactional && c.Mode != ModeLease {
 		errs = append(errs, fmt.Errorf("paymentsapi: Config.Mode must be %q or %q, got %q", ModeTransactional, ModeLease, c.Mode))
+	}
+	if IsRedisDSN(c.DSN) && c.Mode != ModeLease {
+		errs = append(errs, fmt.Errorf("paymentsapi: Config.Mode must be %q with a Redis DSN (Redis cannot share a transaction with the ledger), got %q", ModeLease, c.Mode))
 	}
 	if c.LeaseDuration <= 0 || c.LeaseDuration >= c.Window {
 		errs = append(errs, fmt.Errorf("paymentsapi: Config.LeaseDuration must be positive and shorter than Config.Window (%v), got %v", c.Window, c.LeaseDuration))

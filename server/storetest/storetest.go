@@ -19,7 +19,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -46,13 +48,59 @@ const Concurrency = 64
 // case's own (parallel) test.
 func Run(t *testing.T, newStore func(t *testing.T) server.Store) {
 	t.Helper()
-	for _, c := range cases {
+	RunWith(t, Capabilities{}, newStore)
+}
+
+// Capabilities are the parts of the contract a store may leave out. Run
+// assumes none is left out.
+type Capabilities struct {
+	// LeaseOnly: the store serves lease mode only and BeginTx returns an
+	// error (redisstore.Store). The transactional cases are replaced by
+	// one that requires that error.
+	LeaseOnly bool
+	// SelfExpiring: the store deletes expired records itself (a TTL) and
+	// Sweep returns 0 (redisstore.Store). The case that counts Sweep's
+	// deletions is replaced by one that requires 0 and no error.
+	SelfExpiring bool
+}
+
+// RunWith is like Run, for a store that leaves out the parts of the
+// contract caps names. The cases left out are not run (not skipped).
+func RunWith(t *testing.T, caps Capabilities, newStore func(t *testing.T) server.Store) {
+	t.Helper()
+	all := slices.Clone(cases)
+	if caps.LeaseOnly {
+		all = append(all, leaseOnlyCase)
+	}
+	if caps.SelfExpiring {
+		all = append(all, selfExpiringCase)
+	}
+	for _, c := range all {
+		if caps.LeaseOnly && strings.HasPrefix(c.name, "Tx_") || caps.SelfExpiring && c.name == "Sweep_DeletesOnlyExpired" {
+			continue
+		}
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			c.run(t, newBundle(t, newStore))
 		})
 	}
 }
+
+var leaseOnlyCase = testCase{"BeginTx_LeaseOnlyRefuses", func(t *testing.T, b *testBundle) {
+	tx, err := b.store.BeginTx(b.ctx, LockTimeout)
+	require.Error(t, err)
+	require.Nil(t, tx)
+}}
+
+var selfExpiringCase = testCase{"Sweep_SelfExpiringDeletesNothing", func(t *testing.T, b *testBundle) {
+	sc := scope("self-expiring")
+	b.mustAcquire(t, claimReq(sc, fingerprint("body"), b.t0))
+	n, err := b.store.Sweep(b.ctx, b.t0.Add(2*Window))
+	require.NoError(t, err)
+	require.Equal(t, 0, n)
+	_, err = b.store.Get(b.ctx, sc, b.t0)
+	require.NoError(t, err, "Sweep of a self-expiring store deletes nothing")
+}}
 
 type testBundle struct {
 	store server.Store
