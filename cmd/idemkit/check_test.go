@@ -20,6 +20,8 @@ import (
 	"github.com/idemkit/idemkit/fakeprovider"
 	"github.com/idemkit/idemkit/internal/conform"
 	"github.com/idemkit/idemkit/internal/paymentsapi"
+	"github.com/idemkit/idemkit/internal/testdb"
+	"github.com/idemkit/idemkit/internal/testmysql"
 	"github.com/idemkit/idemkit/internal/testpg"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/sqlitestore"
@@ -85,21 +87,24 @@ func TestCheck_PassesThePaymentsExample(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		name string
-		pg   bool
+		dsn  func(t *testing.T) string // "" keeps everything in a SQLite file
 		mode paymentsapi.Mode
 	}{
-		{"sqlite/transactional", false, paymentsapi.ModeTransactional},
-		{"sqlite/lease", false, paymentsapi.ModeLease},
-		{"postgres/transactional", true, paymentsapi.ModeTransactional},
-		{"postgres/lease", true, paymentsapi.ModeLease},
+		{"sqlite/transactional", nil, paymentsapi.ModeTransactional},
+		{"sqlite/lease", nil, paymentsapi.ModeLease},
+		{"postgres/transactional", func(t *testing.T) string { return testpg.SchemaDSN(t) }, paymentsapi.ModeTransactional},
+		{"postgres/lease", func(t *testing.T) string { return testpg.SchemaDSN(t) }, paymentsapi.ModeLease},
+		{"mysql/transactional", func(t *testing.T) string { return testmysql.URL(t) }, paymentsapi.ModeTransactional},
+		{"mysql/lease", func(t *testing.T) string { return testmysql.URL(t) }, paymentsapi.ModeLease},
+		// Redis holds the records only (lease mode); the ledger stays in the SQLite file.
+		{"redis/lease", func(t *testing.T) string { return testdb.DSN(t, testdb.Redis) }, paymentsapi.ModeLease},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := paymentsapi.Config{Mode: tt.mode, Delay: 300 * time.Millisecond, LockTimeout: 100 * time.Millisecond}
-			if tt.pg {
-				cfg.DSN = testpg.SchemaDSN(t)
-			} else {
-				cfg.DB = filepath.Join(t.TempDir(), "payments.db")
+			cfg.DB = filepath.Join(t.TempDir(), "payments.db")
+			if tt.dsn != nil {
+				cfg.DSN = tt.dsn(t)
 			}
 			srv := startPayments(t, cfg)
 			code, verdicts, rep := checkVerdicts(t, checkArgs(srv.URL+"/v1/payments",
