@@ -117,6 +117,16 @@ type ClaimResult struct {
 	// Existing is the live record that prevented the claim, when Acquired is
 	// false. It is never an expired record.
 	Existing *Record
+	// LeaseDelay is how much later than req.Now, by the caller's clock, the
+	// store started the lease and the window of an acquired claim: a store
+	// that waited for a lock before it claimed, and moved req's times by
+	// the wait so that a short lease cannot lapse in the queue
+	// (sqlitestore.Store), reports the wait here. The lease then ends at
+	// req.LockedUntil plus LeaseDelay. The middleware counts its own
+	// deadline from before req.Now plus LeaseDelay, so a store must never
+	// report more than it moved. Zero when the store counts from req.Now or
+	// from its own clock at the time it received the claim.
+	LeaseDelay time.Duration
 }
 
 // Store is where idempotency records live. pgstore.Store and sqlitestore.Store

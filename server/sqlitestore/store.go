@@ -357,7 +357,7 @@ func Tx(ctx context.Context) (*sql.Tx, bool) {
 // lock is held, not when the claim began to wait: after a wait of
 // claimShiftMin (100 ms) or more, req's times are moved by the wait,
 // so that a short lease cannot lapse while the claim queues behind another
-// writer.
+// writer, and the result reports the wait as its LeaseDelay.
 func (s *Store) Claim(ctx context.Context, req server.ClaimRequest) (res server.ClaimResult, err error) {
 	if err := s.checkFile(); err != nil {
 		return server.ClaimResult{}, err
@@ -374,10 +374,15 @@ func (s *Store) Claim(ctx context.Context, req server.ClaimRequest) (res server.
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return server.ClaimResult{}, interpretError(err)
 	}
+	var shift time.Duration
 	if waited := time.Since(start); waited >= claimShiftMin {
+		shift = waited
 		req.Now, req.LockedUntil, req.ExpiresAt = req.Now.Add(waited), req.LockedUntil.Add(waited), req.ExpiresAt.Add(waited)
 	}
 	res, err = s.s.Claim(ctx, &querier{q: conn}, req)
+	if res.Acquired {
+		res.LeaseDelay = shift
+	}
 	if err != nil {
 		if _, rbErr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
 			err = errors.Join(err, fmt.Errorf("idemkit/server: roll back a failed claim: %w", interpretError(rbErr)))

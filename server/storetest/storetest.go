@@ -170,6 +170,35 @@ var cases = []testCase{
 		require.True(t, req.ExpiresAt.Equal(rec.ExpiresAt), "ExpiresAt: got %v want %v", rec.ExpiresAt, req.ExpiresAt)
 		require.Nil(t, rec.Response)
 	}},
+	{"Claim_LeaseDelayNeverMoreThanMoved", func(t *testing.T, b *testBundle) {
+		// Concurrent claims of distinct scopes may queue for a lock; a
+		// store that starts a lease later than req.Now reports by how much
+		// in LeaseDelay, and never more than it moved the lease: the
+		// middleware cancels the handler by req.LockedUntil plus LeaseDelay.
+		type claimed struct {
+			req server.ClaimRequest
+			res server.ClaimResult
+			err error
+		}
+		out := make(chan claimed, Concurrency)
+		for i := range Concurrency {
+			go func() {
+				req := claimReq(scope(fmt.Sprintf("delay-%d", i)), fingerprint("body"), b.t0)
+				res, err := b.store.Claim(b.ctx, req)
+				out <- claimed{req, res, err}
+			}()
+		}
+		for range Concurrency {
+			c := <-out
+			require.NoError(t, c.err)
+			require.True(t, c.res.Acquired)
+			require.GreaterOrEqual(t, c.res.LeaseDelay, time.Duration(0))
+			rec, err := b.store.Get(b.ctx, c.req.Scope, b.t0)
+			require.NoError(t, err)
+			granted := c.req.LockedUntil.Add(c.res.LeaseDelay).Truncate(time.Millisecond)
+			require.False(t, rec.LockedUntil.Before(granted), "LockedUntil %v before req.LockedUntil+LeaseDelay %v", rec.LockedUntil, granted)
+		}
+	}},
 	{"Get_NotFound", func(t *testing.T, b *testBundle) {
 		_, err := b.store.Get(b.ctx, scope("never"), b.t0)
 		require.ErrorIs(t, err, server.ErrRecordNotFound)
