@@ -329,15 +329,35 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 	// so never releases), so the claim runs on a context the request cannot
 	// cancel, bounded by Config.StoreTimeout instead.
 	claimCtx, cancelClaim := context.WithTimeout(cleanup, m.cfg.StoreTimeout)
+	// Under the quotas, a key is checked before its claim; a key that
+	// exists is answered from its record, never refused (see checkQuota).
+	var quota *quotaCheck
+	if m.quotasOn() {
+		q, err := m.checkQuota(cleanup, scope, true)
+		if err != nil {
+			cancelClaim()
+			m.storeFailure(w, r, ev, "usage", err)
+			return
+		}
+		quota = q
+		defer quota.done()
+	}
 	res, err := m.store.Claim(claimCtx, req)
 	cancelClaim()
 	ev.ClaimDuration = time.Since(t0)
+	quota.done() // the claim, if any, is committed: usage reads see it
 	if err != nil {
 		m.storeFailure(w, r, ev, "claim", err)
 		return
 	}
 	if !res.Acquired {
 		m.answerExisting(w, r, res.Existing, fp, version, ev)
+		return
+	}
+	if quota.refuses(res) {
+		m.release(cleanup, r, ev, res.Token)
+		ev.Released = false // nothing of the request's ran
+		m.quotaExceeded(w, ev, quota)
 		return
 	}
 	if err := ctx.Err(); err != nil {

@@ -26,6 +26,7 @@ type Middleware struct {
 	timeNowFunc   func() time.Time
 	durations     durations
 	usage         usageReporter // set when quotas are on
+	quotas        quotaGates
 }
 
 // New returns a Middleware over store, configured by cfg with defaults
@@ -204,9 +205,6 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	ev.Scope = scope
 
 	if m.cfg.LegacyEndpointFunc != nil && m.answeredByLegacyRecord(w, r, scope, fp, version, &ev) {
-		return
-	}
-	if m.quotasOn() && m.answeredByQuota(w, r, scope, fp, version, &ev) {
 		return
 	}
 

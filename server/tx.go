@@ -29,6 +29,20 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 			return
 		}
 	}
+	// Under the quotas, a key is checked before its claim; a key that
+	// exists is answered from its record, never refused (see checkQuota).
+	// The reservation lasts until the transaction has ended (the deferred
+	// done runs after the deferred rollback below).
+	var quota *quotaCheck
+	if m.quotasOn() {
+		q, err := m.checkQuota(ctx, scope, false)
+		if err != nil {
+			m.storeFailure(w, r, ev, "usage", err)
+			return
+		}
+		quota = q
+		defer quota.done()
+	}
 	// BeginTx and the claim share one StoreTimeout: between them they wait
 	// for a connection and, bounded by LockTimeout, for a concurrent claim
 	// of the scope.
@@ -56,6 +70,11 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	}
 	cleanup := context.WithoutCancel(ctx)
+	if quota.refuses(res) {
+		m.rollback(cleanup, tx, scope)
+		m.quotaExceeded(w, ev, quota)
+		return
+	}
 	t := &txClaim{m: m, ctx: cleanup, tx: tx, ev: ev}
 	defer t.end() // a no-op after Commit or Rollback
 	m.acquired(ev, res)
