@@ -313,7 +313,7 @@ func attemptOf(res ClaimResult) Attempt {
 
 // serveLease runs a request in lease mode: the claim commits, with a
 // lease, before the handler runs.
-func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fp []byte, version int, ev *Event) {
+func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fps requestFingerprint, ev *Event) {
 	ctx := r.Context()
 	if err := ctx.Err(); err != nil {
 		m.storeFailure(w, r, ev, "claim", err)
@@ -323,7 +323,7 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 	// The local deadline counts from t0, taken before the claim's time: the
 	// store counts its lease from that time or later.
 	t0 := time.Now()
-	req := m.claimRequest(scope, fp, version, m.cfg.LeaseDuration)
+	req := m.claimRequest(scope, fps, m.cfg.LeaseDuration)
 	// The claim commits on its own: a client that disconnects mid-statement
 	// must not leave a committed claim this process never learns about (and
 	// so never releases), so the claim runs on a context the request cannot
@@ -343,6 +343,14 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 		defer quota.done()
 	}
 	res, err := m.store.Claim(claimCtx, req)
+	if ex := res.Existing; err == nil && ex != nil && ex.State == StateInProgress &&
+		ex.FingerprintVersion != req.FingerprintVersion && fps.matches(ex) {
+		// A claim stored under an older fingerprint version, whose lease may
+		// have lapsed: the store takes over only a claim with the same
+		// fingerprint, so claim again with the record's own.
+		req.Fingerprint, req.FingerprintVersion = ex.Fingerprint, ex.FingerprintVersion
+		res, err = m.store.Claim(claimCtx, req)
+	}
 	cancelClaim()
 	ev.ClaimDuration = time.Since(t0)
 	quota.done() // the claim, if any, is committed: usage reads see it
@@ -351,7 +359,7 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 		return
 	}
 	if !res.Acquired {
-		m.answerExisting(w, r, res.Existing, fp, version, ev)
+		m.answerExisting(w, r, res.Existing, fps, ev)
 		return
 	}
 	if quota.refuses(res) {

@@ -12,7 +12,7 @@ import (
 
 // serveTx runs a request in transactional mode: the claim, the handler's
 // effect and the stored response commit in one transaction.
-func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fp []byte, version int, ev *Event) {
+func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fps requestFingerprint, ev *Event) {
 	ctx := r.Context()
 	// Fast path for replays: a completed record never changes until it
 	// expires, so a plain read answers a duplicate without a transaction (and,
@@ -25,7 +25,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 		existing, err := m.store.Get(getCtx, scope, m.now())
 		cancelGet()
 		if err == nil && existing.State == StateCompleted {
-			m.answerExisting(w, r, existing, fp, version, ev)
+			m.answerExisting(w, r, existing, fps, ev)
 			return
 		}
 	}
@@ -53,7 +53,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 		m.storeFailure(w, r, ev, "begin", err)
 		return
 	}
-	req := m.claimRequest(scope, fp, version, m.cfg.LockTimeout)
+	req := m.claimRequest(scope, fps, m.cfg.LockTimeout)
 	t0 := time.Now()
 	res, err := tx.Claim(callCtx, req)
 	cancelCall()
@@ -66,7 +66,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 			m.storeFailure(w, r, ev, "claim", err)
 			return
 		}
-		m.answerExisting(w, r, res.Existing, fp, version, ev)
+		m.answerExisting(w, r, res.Existing, fps, ev)
 		return
 	}
 	cleanup := context.WithoutCancel(ctx)
