@@ -312,9 +312,9 @@ func (s *Store) ExtendLease(ctx context.Context, sc server.Scope, token int64, n
 	return s.s.ExtendLease(ctx, s.q, sc, token, now, lease)
 }
 
-// Sweep implements server.Store.Sweep. It deletes expired rows in chunks of
-// Config.SweepChunkSize, each its own short write, until a chunk is short,
-// and returns the total. ctx is checked between chunks and cancels the
+// Sweep implements server.Store.Sweep. It deletes rows expired
+// server.SweepGrace or more before now in chunks of Config.SweepChunkSize,
+// each its own short write, until a chunk is short, and returns the total. ctx is checked between chunks and cancels the
 // running chunk; rows deleted by earlier chunks stay deleted and are
 // counted in the returned total, which comes with ctx's error.
 func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
