@@ -259,12 +259,21 @@ func (l *lease) complete(ctx context.Context, r *http.Request, resp *StoredRespo
 	defer l.stop()
 	giveUp := time.Now().Add(completeHorizonLeases * m.cfg.LeaseDuration)
 	wait := completeBackoffMin
+	attempts := 0
 	for {
+		attempts++
 		callCtx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
 		err := m.store.Complete(callCtx, l.scope, l.token, m.now(), resp)
 		cancel()
 		switch {
 		case err == nil:
+			return nil
+		case errors.Is(err, ErrLeaseLost) && attempts > 1 && l.completedByThisClaim(ctx):
+			// An earlier attempt's answer was lost after the store applied
+			// it: the record is completed with this claim's token.
+			m.cfg.Logger.LogAttrs(r.Context(), slog.LevelInfo,
+				"idemkit: the completion's answer was lost, but the record shows it was stored",
+				scopeAttrs(l.scope, slog.Int64("token", l.token))...)
 			return nil
 		case errors.Is(err, ErrLeaseLost):
 			l.ev.LeaseLost++
@@ -300,6 +309,16 @@ func (l *lease) complete(ctx context.Context, r *http.Request, resp *StoredRespo
 		}
 		wait = min(2*wait, completeBackoffMax)
 	}
+}
+
+// completedByThisClaim reports whether the record holds a completion with
+// this claim's token: a completion whose answer was lost, then refused on
+// retry because it had already been applied.
+func (l *lease) completedByThisClaim(ctx context.Context) bool {
+	callCtx, cancel := context.WithTimeout(ctx, l.m.cfg.StoreTimeout)
+	defer cancel()
+	rec, err := l.m.store.Get(callCtx, l.scope, l.m.now())
+	return err == nil && rec.State == StateCompleted && rec.Token == l.token
 }
 
 // withoutBody returns a copy of resp without its body, marked omitted.
