@@ -13,6 +13,11 @@ import (
 	"github.com/idemkit/idemkit/server"
 )
 
+// MaxBodyBytes is the largest payment request body the API accepts: a
+// larger one is answered 413 body-too-large by the idempotency middleware
+// before more of it is read or anything is claimed.
+const MaxBodyBytes = 16 << 10
+
 // handlers are the payments API's HTTP handlers.
 type handlers struct {
 	ledger ledger
@@ -47,7 +52,7 @@ func newPaymentID() (string, error) {
 // /v1/payments.
 func (h *handlers) routes(mw *server.Middleware) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/payments", mw.Wrap(http.HandlerFunc(h.create)))
+	mux.Handle("POST /v1/payments", mw.Wrap(server.LimitBody(http.HandlerFunc(h.create), MaxBodyBytes)))
 	mux.HandleFunc("GET /v1/payments", h.list)
 	return mux
 }
