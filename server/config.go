@@ -117,7 +117,10 @@ type Config struct {
 	// method and the route pattern: see the README). A request whose scope has no live record is first answered
 	// from a live record under (principal, LegacyEndpointFunc(r), key), if
 	// there is one: a replay, a 409 or a 422, never a second run. Set it for
-	// one window after upgrading, then remove it. Defaults to nil.
+	// one window after upgrading, then remove it. For idemkit's former
+	// default (METHOD pattern) use LegacyPatternEndpoints with the old
+	// route patterns, never r.Pattern: a route renamed in the same deploy
+	// would miss its old records. Defaults to nil.
 	LegacyEndpointFunc func(r *http.Request) string
 
 	// MaxFingerprintBytes is the largest request body the middleware reads
