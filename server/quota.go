@@ -65,33 +65,44 @@ type quotaGates struct {
 // quotaGate is one principal's lock and count of admitted, not yet visible
 // new keys.
 type quotaGate struct {
-	mu      sync.Mutex
-	refs    int   // holders and waiters (under quotaGates.mu)
-	pending int64 // under mu
+	sem     chan struct{} // holds one token while locked
+	refs    int           // holders and waiters (under quotaGates.mu)
+	pending int64         // under the lock
 }
 
-// lock returns principal's gate, locked.
-func (q *quotaGates) lock(principal string) *quotaGate {
+// lock returns principal's gate, locked, or ctx's error if ctx ends first:
+// a store that hangs under one request bounds the others' wait too.
+func (q *quotaGates) lock(ctx context.Context, principal string) (*quotaGate, error) {
 	q.mu.Lock()
 	if q.gates == nil {
 		q.gates = make(map[string]*quotaGate)
 	}
 	g := q.gates[principal]
 	if g == nil {
-		g = &quotaGate{}
+		g = &quotaGate{sem: make(chan struct{}, 1)}
 		q.gates[principal] = g
 	}
 	g.refs++
 	q.mu.Unlock()
-	g.mu.Lock()
-	return g
+	select {
+	case g.sem <- struct{}{}:
+		return g, nil
+	case <-ctx.Done():
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		g.refs--
+		if g.refs == 0 && g.pending == 0 { // the holder unlocked as ctx ended
+			delete(q.gates, principal)
+		}
+		return nil, ctx.Err()
+	}
 }
 
 // unlock unlocks g, forgetting it once nobody holds it and it counts
 // nothing.
 func (q *quotaGates) unlock(principal string, g *quotaGate) {
 	pending := g.pending
-	g.mu.Unlock()
+	<-g.sem
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	g.refs--
@@ -122,7 +133,10 @@ type quotaCheck struct {
 func (m *Middleware) checkQuota(ctx context.Context, scope Scope, hold bool) (*quotaCheck, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
 	defer cancel()
-	g := m.quotas.lock(scope.Principal)
+	g, err := m.quotas.lock(ctx, scope.Principal)
+	if err != nil {
+		return nil, fmt.Errorf("%w: waiting for the quota check of another request of the principal: %w", ErrStoreUnavailable, err)
+	}
 	now := m.now()
 	usage, err := m.usage.PrincipalUsage(ctx, scope.Principal, now)
 	if err != nil {
@@ -161,7 +175,7 @@ func (q *quotaCheck) done() {
 		q.m.quotas.unlock(q.principal, q.held)
 		q.held = nil
 	case q.reserved != nil:
-		g := q.m.quotas.lock(q.principal)
+		g, _ := q.m.quotas.lock(context.Background(), q.principal) // never fails without a deadline
 		g.pending--
 		q.m.quotas.unlock(q.principal, g)
 		q.reserved = nil
