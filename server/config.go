@@ -117,7 +117,10 @@ type Config struct {
 	// method and the route pattern: see the README). A request whose scope has no live record is first answered
 	// from a live record under (principal, LegacyEndpointFunc(r), key), if
 	// there is one: a replay, a 409 or a 422, never a second run. Set it for
-	// one window after upgrading, then remove it. Defaults to nil.
+	// one window after upgrading, then remove it. For idemkit's former
+	// default (METHOD pattern) use LegacyPatternEndpoints with the old
+	// route patterns, never r.Pattern: a route renamed in the same deploy
+	// would miss its old records. Defaults to nil.
 	LegacyEndpointFunc func(r *http.Request) string
 
 	// MaxFingerprintBytes is the largest request body the middleware reads
@@ -126,12 +129,21 @@ type Config struct {
 
 	// MaxKeysPerPrincipal bounds the live keys (records inside the window)
 	// one principal may hold. A request with a new key from a principal at
-	// the bound is answered 429 quota-exceeded with Retry-After before
-	// anything is stored; retries of keys it holds still replay. The check
-	// reads the principal's rows before each new key, and concurrent new
-	// keys may overshoot it by their number. The store must implement
-	// have the method PrincipalUsage (as pgstore.Store and sqlitestore.Store do).
-	// Defaults to 0: no bound.
+	// the bound is answered 429 quota-exceeded with Retry-After, its claim
+	// freed before the handler runs; a key that exists is never refused: a
+	// retry of one still running gets 409, of a completed one its replay.
+	// The check reads the principal's rows before each key.
+	//
+	// The bound under a burst of concurrent new keys: on one replica it is
+	// exact (lease mode) or never exceeded (transactional mode, where a key
+	// whose commit races the check may be refused for a moment with
+	// Retry-After: 1). Across R replicas a burst may exceed it by at most
+	// R-1 keys in lease mode (each replica checks and claims one new key of
+	// a principal at a time), and in transactional mode by the new keys the
+	// other R-1 replicas have in flight at that moment, since their claims
+	// are not visible until they commit.
+	// The store must have the method PrincipalUsage (as pgstore.Store and
+	// sqlitestore.Store do). Defaults to 0: no bound.
 	MaxKeysPerPrincipal int64
 
 	// MaxStoredBytesPerPrincipal bounds the stored response bytes (bodies

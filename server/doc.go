@@ -58,9 +58,15 @@
 // # Fingerprint
 //
 // A retry must be the same request. The middleware hashes (SHA-256) a
-// versioned canonical form of the method, path, query and body:
+// versioned canonical form of the method, the request target as the client
+// sent it (r.RequestURI: path and query, before any http.StripPrefix or
+// mount rewrote r.URL, so moving the middleware does not change it) and the
+// body:
 //
-//	idemkit-fp-v1\n<METHOD>\n<escaped path>?<raw query>\n<json|raw>\n<body>
+//	idemkit-fp-v2\n<METHOD>\n<request target>\n<json|raw>\n<body>
+//
+// Records stored with version 1 (which hashed r.URL's path, as the
+// middleware saw it) keep matching by their own version.
 //
 // A JSON body (Content-Type application/json or +json) is canonicalised: key
 // order, whitespace and number spelling do not matter, big numbers keep every

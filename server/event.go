@@ -65,6 +65,12 @@ type Event struct {
 	// release or lease extension because its fencing token was no longer
 	// current, and the leases that ran out while the handler ran.
 	LeaseLost int
+	// ResponseNotCaptured is true when the handler returned without writing
+	// anything through the middleware's ResponseWriter (no WriteHeader, no
+	// Write): it wrote around it, or answered nothing. The record was
+	// completed as response-not-captured, so a retry gets that problem and
+	// the handler never runs again for the key; Err says so too.
+	ResponseNotCaptured bool
 	// StoreErrors lists, in order, the operation of every store call of
 	// the request that failed other than by a lost lease: "claim", "begin",
 	// "get", "get_legacy", "usage", "quota" (a refusal by quota),

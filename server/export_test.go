@@ -1,6 +1,9 @@
 package server
 
-import "time"
+import (
+	"net/http"
+	"time"
+)
 
 // ConfigOf returns the configuration m runs with, defaults filled in.
 func ConfigOf(m *Middleware) *Config { return m.cfg }
@@ -23,3 +26,9 @@ var (
 
 // MaxScopePartBytesForTest bounds a principal or an endpoint.
 const MaxScopePartBytesForTest = maxScopePartBytes
+
+// FingerprintAtForTest returns the fingerprint of version of a request
+// with body.
+func FingerprintAtForTest(r *http.Request, body []byte, version int) []byte {
+	return fingerprintRequest(r, body).at(version)
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"strings"
@@ -14,41 +15,115 @@ import (
 
 // fingerprintVersion is the version of the canonical request form hashed by
 // fingerprint. It is stored with every record; a change to the form gets a
-// new version.
-const fingerprintVersion = 1
-
-// fingerprintPrefix starts the canonical form of version 1.
-const fingerprintPrefix = "idemkit-fp-v1\n"
-
-// fingerprint returns the SHA-256 of the canonical form of a request with the
-// given body, and the version of that form (fingerprintVersion):
+// new version, and records of older versions keep matching (see
+// requestFingerprint).
 //
+// Version 1 hashed the path as the middleware saw it (r.URL, after any
+// http.StripPrefix or mount), so moving the middleware changed it; version
+// 2 hashes the request target as the client sent it (r.RequestURI).
+const fingerprintVersion = 2
+
+// fingerprintPrefixes start the canonical form of each version.
+var fingerprintPrefixes = [...]string{1: "idemkit-fp-v1\n", 2: "idemkit-fp-v2\n"}
+
+// requestFingerprint is a request's fingerprint in the current version and
+// in every older one a stored record may carry, computed together (the body
+// is canonicalised once).
+type requestFingerprint struct {
+	sums [fingerprintVersion + 1][]byte // by version; [0] unused
+}
+
+// current returns the fingerprint new records store, and its version.
+func (f requestFingerprint) current() ([]byte, int) {
+	return f.sums[fingerprintVersion], fingerprintVersion
+}
+
+// at returns the fingerprint of the given version, nil for an unknown one.
+func (f requestFingerprint) at(version int) []byte {
+	if version < 1 || version > fingerprintVersion {
+		return nil
+	}
+	return f.sums[version]
+}
+
+// matches reports whether rec was stored for the same request, by the
+// fingerprint version rec carries.
+func (f requestFingerprint) matches(rec *Record) bool {
+	sum := f.at(rec.FingerprintVersion)
+	return sum != nil && bytes.Equal(sum, rec.Fingerprint)
+}
+
+// fingerprintRequest returns the SHA-256 of the canonical form of a request
+// with the given body, in every version:
+//
+//	idemkit-fp-v2\n<METHOD>\n<request target>\n<json|raw>\n<body>
 //	idemkit-fp-v1\n<METHOD>\n<escaped path>?<raw query>\n<json|raw>\n<body>
+//
+// The request target (version 2) is r.RequestURI, the target as the client
+// sent it, without the scheme and authority of an absolute-form target; a
+// request built in process without one (r.RequestURI empty) uses
+// r.URL.RequestURI(). Version 1 used r.URL's path, which http.StripPrefix
+// and mounts rewrite.
 //
 // When the Content-Type is application/json or ends in +json and body is
 // valid JSON (see canonicalJSON), the body is canonicalised and the marker is
 // "json"; otherwise the body is taken byte for byte and the marker is "raw".
 // Host, headers other than Content-Type, and the key itself are not part of
 // the fingerprint.
-func fingerprint(r *http.Request, body []byte) ([]byte, int) {
-	h := sha256.New()
-	h.Write([]byte(fingerprintPrefix))
-	h.Write([]byte(r.Method))
-	h.Write([]byte{'\n'})
-	h.Write([]byte(r.URL.EscapedPath()))
-	h.Write([]byte{'?'})
-	h.Write([]byte(r.URL.RawQuery))
-	h.Write([]byte{'\n'})
+func fingerprintRequest(r *http.Request, body []byte) requestFingerprint {
+	h1, h2 := sha256.New(), sha256.New()
+	h1.Write([]byte(fingerprintPrefixes[1]))
+	h2.Write([]byte(fingerprintPrefixes[2]))
+	both := io.MultiWriter(h1, h2)
+	both.Write([]byte(r.Method)) //nolint:errcheck // a hash does not fail
+	both.Write([]byte{'\n'})     //nolint:errcheck // a hash does not fail
+	h1.Write([]byte(r.URL.EscapedPath()))
+	h1.Write([]byte{'?'})
+	h1.Write([]byte(r.URL.RawQuery))
+	h2.Write([]byte(requestTarget(r)))
+	both.Write([]byte{'\n'}) //nolint:errcheck // a hash does not fail
+	var f requestFingerprint
 	if isJSONContentType(r.Header.Get("Content-Type")) {
 		if doc, err := canonjson.Parse(body, &jsonLimits); err == nil {
-			h.Write([]byte("json\n"))
-			doc.WriteTo(h) // a hash does not fail
-			return h.Sum(nil), fingerprintVersion
+			both.Write([]byte("json\n")) //nolint:errcheck // a hash does not fail
+			doc.WriteTo(both)            // a hash does not fail
+			f.sums[1], f.sums[2] = h1.Sum(nil), h2.Sum(nil)
+			return f
 		}
 	}
-	h.Write([]byte("raw\n"))
-	h.Write(body)
-	return h.Sum(nil), fingerprintVersion
+	both.Write([]byte("raw\n")) //nolint:errcheck // a hash does not fail
+	both.Write(body)            //nolint:errcheck // a hash does not fail
+	f.sums[1], f.sums[2] = h1.Sum(nil), h2.Sum(nil)
+	return f
+}
+
+// requestTarget is the request target of version 2: r.RequestURI without
+// the scheme and authority of an absolute-form target.
+func requestTarget(r *http.Request) string {
+	t := r.RequestURI
+	if t == "" {
+		return r.URL.RequestURI()
+	}
+	if strings.HasPrefix(t, "/") {
+		return t
+	}
+	if i := strings.Index(t, "://"); i >= 0 {
+		rest := t[i+3:]
+		if j := strings.IndexAny(rest, "/?"); j >= 0 {
+			if rest[j] == '?' {
+				return "/" + rest[j:]
+			}
+			return rest[j:]
+		}
+		return "/"
+	}
+	return t
+}
+
+// fingerprint returns the current fingerprint of a request with the given
+// body, and its version.
+func fingerprint(r *http.Request, body []byte) ([]byte, int) {
+	return fingerprintRequest(r, body).current()
 }
 
 func isJSONContentType(ct string) bool {

@@ -173,6 +173,7 @@ type fingerprintGolden struct {
 	Target      string `json:"target"`
 	ContentType string `json:"content_type,omitempty"`
 	Body        string `json:"body"`
+	Version     int    `json:"version,omitempty"` // 1 when absent
 	SHA256      string `json:"sha256"`
 }
 
@@ -190,9 +191,11 @@ func TestFingerprint_Golden(t *testing.T) {
 		if c.ContentType != "" {
 			r.Header.Set("Content-Type", c.ContentType)
 		}
-		sum, version := fingerprint(r, []byte(c.Body))
-		require.Equal(t, 1, version)
-		got := hex.EncodeToString(sum)
+		version := c.Version
+		if version == 0 {
+			version = 1
+		}
+		got := hex.EncodeToString(fingerprintRequest(r, []byte(c.Body)).at(version))
 		if *updateGolden {
 			cases[i].SHA256 = got
 			continue
@@ -211,13 +214,24 @@ func TestFingerprint_Form(t *testing.T) {
 	// The documented form, spelled out once by hand.
 	r := httptest.NewRequest("POST", "/a%2Fb?q=1", strings.NewReader(`{"b":1, "a":2}`))
 	r.Header.Set("Content-Type", "application/json")
-	got, _ := fingerprint(r, []byte(`{"b":1, "a":2}`))
+	f := fingerprintRequest(r, []byte(`{"b":1, "a":2}`))
 	want := sha256Hex("idemkit-fp-v1\nPOST\n/a%2Fb?q=1\njson\n{\"a\":2,\"b\":1}")
-	require.Equal(t, want, hex.EncodeToString(got))
+	require.Equal(t, want, hex.EncodeToString(f.at(1)))
+	want = sha256Hex("idemkit-fp-v2\nPOST\n/a%2Fb?q=1\njson\n{\"a\":2,\"b\":1}")
+	require.Equal(t, want, hex.EncodeToString(f.at(2)))
 
 	r = httptest.NewRequest("PATCH", "/x", strings.NewReader("abc"))
-	got, _ = fingerprint(r, []byte("abc"))
-	require.Equal(t, sha256Hex("idemkit-fp-v1\nPATCH\n/x?\nraw\nabc"), hex.EncodeToString(got))
+	f = fingerprintRequest(r, []byte("abc"))
+	require.Equal(t, sha256Hex("idemkit-fp-v1\nPATCH\n/x?\nraw\nabc"), hex.EncodeToString(f.at(1)))
+	require.Equal(t, sha256Hex("idemkit-fp-v2\nPATCH\n/x\nraw\nabc"), hex.EncodeToString(f.at(2)))
+
+	// Version 2 is the target as sent: a StripPrefix does not change it,
+	// an absolute-form target loses its scheme and authority.
+	r = httptest.NewRequest("POST", "/api/x?q=1", strings.NewReader("abc"))
+	r.URL.Path = "/x"
+	require.Equal(t, sha256Hex("idemkit-fp-v2\nPOST\n/api/x?q=1\nraw\nabc"), hex.EncodeToString(fingerprintRequest(r, []byte("abc")).at(2)))
+	r = httptest.NewRequest("POST", "http://h.example:8080/y?z", strings.NewReader("abc"))
+	require.Equal(t, sha256Hex("idemkit-fp-v2\nPOST\n/y?z\nraw\nabc"), hex.EncodeToString(fingerprintRequest(r, []byte("abc")).at(2)))
 }
 
 func FuzzCanonicalJSON(f *testing.F) {

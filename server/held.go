@@ -2,9 +2,12 @@ package server
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // heldClaim is a claim the middleware holds while the handler runs: a lease
@@ -95,6 +98,16 @@ func (m *Middleware) runHeld(w http.ResponseWriter, r *http.Request, reqCtx, cle
 		m.outcomeUnknown(w, r, ev, lost, "The request's claim was lost while it was being processed, so its outcome is unknown. Retry with the same Idempotency-Key: the retry reconciles and answers the outcome.")
 		return
 	}
+	if !rec.wrote() {
+		// The handler returned without a WriteHeader or a Write through
+		// the middleware's writer: it wrote around it (a router adapter
+		// that hands the handler its own writer), or answered nothing.
+		// Its effect happened; storing an empty 200 would replay a success
+		// that is not the handler's answer, and freeing the key would run
+		// it again. The record is completed with a final problem instead.
+		m.notCaptured(w, r, ev, held)
+		return
+	}
 	status, _ := rec.result()
 	ev.Status = status
 	if rec.streaming {
@@ -137,3 +150,39 @@ func (l *lease) answerFailure(http.ResponseWriter, *http.Request, *recorder, err
 }
 
 func (l *lease) end() { l.stop() }
+
+// errResponseNotCaptured is the Event.Err of a request whose handler wrote
+// nothing through the middleware's writer.
+var errResponseNotCaptured = errors.New("idemkit/server: the handler wrote nothing through the middleware's ResponseWriter; its response was not captured (is the middleware mounted so that the handler writes through it?)")
+
+// notCapturedResponse is what a retry of a request whose response was not
+// captured gets: a final problem (a replay is never retried).
+func notCapturedResponse() *StoredResponse {
+	return &StoredResponse{
+		Status: http.StatusInternalServerError,
+		Header: http.Header{"Content-Type": {"application/problem+json"}, "Cache-Control": {"no-store"}},
+		Body: problemBody(http.StatusInternalServerError, wire.ProblemNotCaptured,
+			"The operation ran once, but the server did not capture its response, so it cannot be replayed. Do not retry: check the operation's result another way."),
+	}
+}
+
+// notCaptured completes the claim of a request whose handler wrote nothing
+// through the middleware's writer as "response not captured", logs an
+// error and marks the event. The first caller gets whatever the handler
+// left on the connection (net/http sends an empty 200 if nothing), and
+// every retry the response-not-captured problem.
+func (m *Middleware) notCaptured(w http.ResponseWriter, r *http.Request, ev *Event, held heldClaim) {
+	ev.ResponseNotCaptured = true
+	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError,
+		"idemkit: the handler wrote nothing through the middleware's ResponseWriter; its outcome is stored as response-not-captured and is never run again for this key",
+		scopeAttrs(ev.Scope)...)
+	rec := newRecorder(w, m.cfg.MaxResponseBytes) // empty: answerFailure may need one
+	if err := held.finish(context.WithoutCancel(r.Context()), r, notCapturedResponse()); err != nil && held.answerFailure(w, r, rec, err) {
+		return
+	} else if err != nil {
+		ev.Err = errors.Join(errResponseNotCaptured, err)
+	} else {
+		ev.Err = errResponseNotCaptured
+	}
+	ev.Outcome = OutcomeExecuted
+}

@@ -23,13 +23,31 @@ const (
 	completeHorizonLeases = 2
 )
 
+// leaseMarginDivisor sets the part of every lease its holder gives up: the
+// holder's own deadline is LeaseDuration/leaseMarginDivisor (5%) before the
+// end the store reckons, so that a local clock running up to 5% slow next to
+// the store's (or a timer firing late on a loaded host) still cancels the
+// handler before any other attempt can take the claim over.
+const leaseMarginDivisor = 20
+
+// heldUntil is the instant until which after sent a claim or extension of lease, sent at sent
+// and granted delay later by the store (ClaimResult.LeaseDelay), is surely
+// held by the store's reckoning, less the clock margin.
+func heldUntil(sent time.Time, delay, lease time.Duration) time.Time {
+	return sent.Add(max(delay, 0) + lease - lease/leaseMarginDivisor)
+}
+
 // lease is a held lease-mode claim. A heartbeat extends it every
 // LeaseDuration/3. By the local monotonic clock it knows until when the
-// claim is surely held: the start of the last successful claim or extension
-// plus LeaseDuration, which is never later than the store's lease end. Once
-// the lease is lost (a takeover refused an extension, or that time passed
-// without a successful extension) it cancels the handler's context with a
-// cause wrapping ErrLeaseLost.
+// claim is surely held: from when the last confirmed claim or extension was
+// sent (the store counts the lease from a later instant, when it received
+// it, or reports how much later with ClaimResult.LeaseDelay), plus
+// LeaseDuration, less a margin for clock rate (leaseMarginDivisor). Once the
+// lease is lost (a takeover refused an extension, or that time came without
+// a confirmed extension) it cancels the handler's context with a cause
+// wrapping ErrLeaseLost. The deadline is kept whatever the store path does:
+// extensions run apart from it, so one that hangs on a frozen path does not
+// delay the cancellation.
 type lease struct {
 	m             *Middleware
 	scope         Scope
@@ -55,18 +73,24 @@ type lease struct {
 	done     chan struct{}
 }
 
-// startLease starts the heartbeat of the claim of scope with token, acquired
-// by a claim call that started at claimStart.
-func (m *Middleware) startLease(ctx context.Context, ev *Event, token int64, claimStart time.Time, cancelHandler context.CancelCauseFunc) *lease {
+// startLease starts the heartbeat of the claim of scope with token, whose
+// claim call was sent at sent and granted res.LeaseDelay later.
+func (m *Middleware) startLease(ctx context.Context, ev *Event, res ClaimResult, sent time.Time, cancelHandler context.CancelCauseFunc) *lease {
 	l := &lease{
-		m: m, scope: ev.Scope, token: token, cancelHandler: cancelHandler, ev: ev,
-		heldUntil: claimStart.Add(m.cfg.LeaseDuration),
+		m: m, scope: ev.Scope, token: res.Token, cancelHandler: cancelHandler, ev: ev,
+		heldUntil: heldUntil(sent, res.LeaseDelay, m.cfg.LeaseDuration),
 		lost:      make(chan struct{}),
 		stopCh:    make(chan struct{}),
 		done:      make(chan struct{}),
 	}
 	go l.run(ctx)
 	return l
+}
+
+// extension is the outcome of one ExtendLease call, sent at sent.
+type extension struct {
+	sent time.Time
+	err  error
 }
 
 func (l *lease) run(ctx context.Context) {
@@ -77,6 +101,17 @@ func (l *lease) run(ctx context.Context) {
 	defer tick.Stop()
 	lapse := time.NewTimer(time.Until(l.until()))
 	defer lapse.Stop()
+	// An extension runs in a goroutine of its own, so that the lapse is
+	// served on time while a call hangs; at most one is out at a time.
+	callCtx, cancelCalls := context.WithCancel(ctx)
+	results := make(chan extension, 1)
+	inFlight := false
+	defer func() {
+		cancelCalls()
+		if inFlight {
+			<-results
+		}
+	}()
 	for {
 		select {
 		case <-l.stopCh:
@@ -86,43 +121,75 @@ func (l *lease) run(ctx context.Context) {
 				lapse.Reset(left)
 				continue
 			}
+			if inFlight {
+				// An extension was sent but not confirmed in time: it
+				// failed, whatever it answers later.
+				l.mu.Lock()
+				l.extendErrors++
+				l.mu.Unlock()
+			}
 			l.lose(ctx, errLeaseRanOut)
 			return
 		case <-tick.C:
-		}
-		start := time.Now()
-		callCtx, cancel := context.WithTimeout(ctx, min(m.cfg.StoreTimeout, interval))
-		err := m.store.ExtendLease(callCtx, l.scope, l.token, m.now(), m.cfg.LeaseDuration)
-		cancel()
-		select {
-		case <-l.stopCh:
-			return // the outcome is settled; the extension's result is moot
-		default:
-		}
-		switch {
-		case err == nil:
-			l.mu.Lock()
-			l.heldUntil = start.Add(m.cfg.LeaseDuration)
-			l.mu.Unlock()
-		case errors.Is(err, ErrLeaseLost):
-			l.mu.Lock()
-			completing := l.completing
-			l.mu.Unlock()
-			if completing {
-				// Either the completion just stored the response (the
-				// record is no longer in progress) or the completion will
-				// see the takeover itself.
+			if inFlight {
+				continue // the last call is still out; it times out within an interval
+			}
+			inFlight = true
+			go func() {
+				sent := time.Now() // before the now the store may count from
+				c, cancel := context.WithTimeout(callCtx, min(m.cfg.StoreTimeout, interval))
+				err := m.store.ExtendLease(c, l.scope, l.token, m.now(), m.cfg.LeaseDuration)
+				cancel()
+				results <- extension{sent: sent, err: err}
+			}()
+			continue
+		case res := <-results:
+			inFlight = false
+			moved, stop := l.extended(ctx, res)
+			if stop {
 				return
 			}
-			l.lose(ctx, fmt.Errorf("%w: another attempt took the claim over", ErrLeaseLost))
-			return
-		default:
-			l.mu.Lock()
-			l.extendErrors++
-			l.mu.Unlock()
-			m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemkit: could not extend the lease; retrying until it runs out",
-				scopeAttrs(l.scope, slog.Int64("token", l.token), slog.Any("error", err))...)
+			if moved {
+				lapse.Reset(time.Until(l.until()))
+			}
 		}
+	}
+}
+
+// extended handles an extension's outcome and reports whether it moved the
+// deadline and whether the heartbeat is over. A refused one loses the lease
+// (unless the completion runs, which sees the refusal itself); a failed one
+// is counted and the deadline stays.
+func (l *lease) extended(ctx context.Context, res extension) (moved, stop bool) {
+	m := l.m
+	switch {
+	case res.err == nil:
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		// The store confirmed a lease from no earlier than sent.
+		if until := heldUntil(res.sent, 0, m.cfg.LeaseDuration); until.After(l.heldUntil) {
+			l.heldUntil = until
+		}
+		return true, false
+	case errors.Is(res.err, ErrLeaseLost):
+		l.mu.Lock()
+		completing := l.completing
+		l.mu.Unlock()
+		if completing {
+			// Either the completion just stored the response (the record
+			// is no longer in progress) or the completion will see the
+			// takeover itself.
+			return false, true
+		}
+		l.lose(ctx, fmt.Errorf("%w: another attempt took the claim over", ErrLeaseLost))
+		return false, true
+	default:
+		l.mu.Lock()
+		l.extendErrors++
+		l.mu.Unlock()
+		m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemkit: could not extend the lease; retrying until it runs out",
+			scopeAttrs(l.scope, slog.Int64("token", l.token), slog.Any("error", res.err))...)
+		return false, false
 	}
 }
 
@@ -192,12 +259,21 @@ func (l *lease) complete(ctx context.Context, r *http.Request, resp *StoredRespo
 	defer l.stop()
 	giveUp := time.Now().Add(completeHorizonLeases * m.cfg.LeaseDuration)
 	wait := completeBackoffMin
+	attempts := 0
 	for {
+		attempts++
 		callCtx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
 		err := m.store.Complete(callCtx, l.scope, l.token, m.now(), resp)
 		cancel()
 		switch {
 		case err == nil:
+			return nil
+		case errors.Is(err, ErrLeaseLost) && attempts > 1 && l.completedByThisClaim(ctx):
+			// An earlier attempt's answer was lost after the store applied
+			// it: the record is completed with this claim's token.
+			m.cfg.Logger.LogAttrs(r.Context(), slog.LevelInfo,
+				"idemkit: the completion's answer was lost, but the record shows it was stored",
+				scopeAttrs(l.scope, slog.Int64("token", l.token))...)
 			return nil
 		case errors.Is(err, ErrLeaseLost):
 			l.ev.LeaseLost++
@@ -235,6 +311,16 @@ func (l *lease) complete(ctx context.Context, r *http.Request, resp *StoredRespo
 	}
 }
 
+// completedByThisClaim reports whether the record holds a completion with
+// this claim's token: a completion whose answer was lost, then refused on
+// retry because it had already been applied.
+func (l *lease) completedByThisClaim(ctx context.Context) bool {
+	callCtx, cancel := context.WithTimeout(ctx, l.m.cfg.StoreTimeout)
+	defer cancel()
+	rec, err := l.m.store.Get(callCtx, l.scope, l.m.now())
+	return err == nil && rec.State == StateCompleted && rec.Token == l.token
+}
+
 // withoutBody returns a copy of resp without its body, marked omitted.
 func withoutBody(resp *StoredResponse) *StoredResponse {
 	c := *resp
@@ -253,29 +339,59 @@ func attemptOf(res ClaimResult) Attempt {
 
 // serveLease runs a request in lease mode: the claim commits, with a
 // lease, before the handler runs.
-func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fp []byte, version int, ev *Event) {
+func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fps requestFingerprint, ev *Event) {
 	ctx := r.Context()
 	if err := ctx.Err(); err != nil {
 		m.storeFailure(w, r, ev, "claim", err)
 		return
 	}
 	cleanup := context.WithoutCancel(ctx)
-	req := m.claimRequest(scope, fp, version, m.cfg.LeaseDuration)
+	// The local deadline counts from t0, taken before the claim's time: the
+	// store counts its lease from that time or later.
+	t0 := time.Now()
+	req := m.claimRequest(scope, fps, m.cfg.LeaseDuration)
 	// The claim commits on its own: a client that disconnects mid-statement
 	// must not leave a committed claim this process never learns about (and
 	// so never releases), so the claim runs on a context the request cannot
 	// cancel, bounded by Config.StoreTimeout instead.
 	claimCtx, cancelClaim := context.WithTimeout(cleanup, m.cfg.StoreTimeout)
-	t0 := time.Now()
+	// Under the quotas, a key is checked before its claim; a key that
+	// exists is answered from its record, never refused (see checkQuota).
+	var quota *quotaCheck
+	if m.quotasOn() {
+		q, err := m.checkQuota(cleanup, scope, true)
+		if err != nil {
+			cancelClaim()
+			m.storeFailure(w, r, ev, "usage", err)
+			return
+		}
+		quota = q
+		defer quota.done()
+	}
 	res, err := m.store.Claim(claimCtx, req)
+	if ex := res.Existing; err == nil && ex != nil && ex.State == StateInProgress &&
+		ex.FingerprintVersion != req.FingerprintVersion && fps.matches(ex) {
+		// A claim stored under an older fingerprint version, whose lease may
+		// have lapsed: the store takes over only a claim with the same
+		// fingerprint, so claim again with the record's own.
+		req.Fingerprint, req.FingerprintVersion = ex.Fingerprint, ex.FingerprintVersion
+		res, err = m.store.Claim(claimCtx, req)
+	}
 	cancelClaim()
 	ev.ClaimDuration = time.Since(t0)
+	quota.done() // the claim, if any, is committed: usage reads see it
 	if err != nil {
 		m.storeFailure(w, r, ev, "claim", err)
 		return
 	}
 	if !res.Acquired {
-		m.answerExisting(w, r, res.Existing, fp, version, ev)
+		m.answerExisting(w, r, res.Existing, fps, ev)
+		return
+	}
+	if quota.refuses(res) {
+		m.release(cleanup, r, ev, res.Token)
+		ev.Released = false // nothing of the request's ran
+		m.quotaExceeded(w, ev, quota)
 		return
 	}
 	if err := ctx.Err(); err != nil {
@@ -288,7 +404,7 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 	m.acquired(ev, res)
 	hctx, cancelHandler := context.WithCancelCause(ctx)
 	defer cancelHandler(nil)
-	l := m.startLease(cleanup, ev, res.Token, t0, cancelHandler)
+	l := m.startLease(cleanup, ev, res, t0, cancelHandler)
 	defer l.end()
 	m.runHeld(w, r.WithContext(context.WithValue(hctx, ctxKeyAttempt, attemptOf(res))), ctx, cleanup, next, l, ev)
 }

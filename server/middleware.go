@@ -26,6 +26,7 @@ type Middleware struct {
 	timeNowFunc   func() time.Time
 	durations     durations
 	usage         usageReporter // set when quotas are on
+	quotas        quotaGates
 }
 
 // New returns a Middleware over store, configured by cfg with defaults
@@ -200,13 +201,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			fmt.Sprintf("The operation this request was routed to has no usable name: it must be valid UTF-8 without control characters, at most %d bytes.", maxScopePartBytes))
 		return
 	}
-	fp, version := fingerprint(r, body)
+	fps := fingerprintRequest(r, body)
 	ev.Scope = scope
 
-	if m.cfg.LegacyEndpointFunc != nil && m.answeredByLegacyRecord(w, r, scope, fp, version, &ev) {
-		return
-	}
-	if m.quotasOn() && m.answeredByQuota(w, r, scope, fp, version, &ev) {
+	if m.cfg.LegacyEndpointFunc != nil && m.answeredByLegacyRecord(w, r, scope, fps, &ev) {
 		return
 	}
 
@@ -216,10 +214,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 
 	if m.cfg.Mode == ModeTransactional {
-		m.serveTx(w, r, next, scope, fp, version, &ev)
+		m.serveTx(w, r, next, scope, fps, &ev)
 		return
 	}
-	m.serveLease(w, r, next, scope, fp, version, &ev)
+	m.serveLease(w, r, next, scope, fps, &ev)
 }
 
 // readBody reads at most limit bytes of r.Body. It returns errBodyTooLarge if
@@ -254,8 +252,9 @@ func (m *Middleware) reject(w http.ResponseWriter, ev *Event, status int, slug, 
 	writeProblem(w, status, slug, detail, 0)
 }
 
-func (m *Middleware) claimRequest(scope Scope, fp []byte, version int, hold time.Duration) ClaimRequest {
+func (m *Middleware) claimRequest(scope Scope, fps requestFingerprint, hold time.Duration) ClaimRequest {
 	now := m.now()
+	fp, version := fps.current()
 	return ClaimRequest{
 		Scope:              scope,
 		Fingerprint:        fp,
@@ -317,12 +316,12 @@ func (m *Middleware) canceledInHandler(w http.ResponseWriter, r *http.Request, e
 }
 
 // answerExisting answers a request whose claim found a live record.
-func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, ex *Record, fp []byte, version int, ev *Event) {
+func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, ex *Record, fps requestFingerprint, ev *Event) {
 	if ex == nil {
 		m.storeFailure(w, r, ev, "claim", errors.New("idemkit/server: store returned no record for an unacquired claim"))
 		return
 	}
-	if ex.FingerprintVersion != version || !bytes.Equal(ex.Fingerprint, fp) {
+	if !fps.matches(ex) {
 		ev.Outcome, ev.Status, ev.Err = OutcomeMismatch, http.StatusUnprocessableEntity, errFingerprintMismatch
 		writeProblem(w, http.StatusUnprocessableEntity, wire.ProblemKeyReused,
 			"This Idempotency-Key was already used for a different request (method, path or body). Use a new key for a new request.", 0)

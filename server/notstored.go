@@ -49,7 +49,7 @@ func (m *Middleware) stores(r *http.Request, status int) bool {
 // answeredByLegacyRecord answers r from a live record stored under the
 // legacy endpoint scope (Config.LegacyEndpointFunc), if there is one, and
 // reports whether it did.
-func (m *Middleware) answeredByLegacyRecord(w http.ResponseWriter, r *http.Request, scope Scope, fp []byte, version int, ev *Event) bool {
+func (m *Middleware) answeredByLegacyRecord(w http.ResponseWriter, r *http.Request, scope Scope, fps requestFingerprint, ev *Event) bool {
 	legacy := scope
 	legacy.Endpoint = m.cfg.LegacyEndpointFunc(r)
 	if legacy.Endpoint == "" || legacy.Endpoint == scope.Endpoint || validScopePart("endpoint", legacy.Endpoint) != nil {
@@ -65,6 +65,6 @@ func (m *Middleware) answeredByLegacyRecord(w http.ResponseWriter, r *http.Reque
 		m.storeFailure(w, r, ev, "get_legacy", err)
 		return true
 	}
-	m.answerExisting(w, r, rec, fp, version, ev)
+	m.answerExisting(w, r, rec, fps, ev)
 	return true
 }

@@ -28,14 +28,19 @@ func writeProblem(w http.ResponseWriter, status int, slug, detail string, retryA
 	if retryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(retryAfter))
 	}
+	body := problemBody(status, slug, detail)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// problemBody is the JSON body of a problem of type slug.
+func problemBody(status int, slug, detail string) []byte {
 	body, _ := json.Marshal(problem{
 		Type:   wire.ProblemType(slug),
 		Title:  wire.ProblemTitle(slug),
 		Status: status,
 		Detail: detail,
 	})
-	body = append(body, '\n')
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
+	return append(body, '\n')
 }

@@ -7,26 +7,29 @@ import (
 	"time"
 )
 
-// durationStatsMax bounds how many routes the Retry-After estimate keeps
-// statistics for; further routes share one entry.
+// durationStatsMax bounds how many (principal, route) pairs the
+// Retry-After estimate keeps statistics for.
 const durationStatsMax = 1024
 
 // durationEWMAWeight is the weight of the newest handler duration in the
 // moving average.
 const durationEWMAWeight = 0.2
 
-// durations keeps, per route, a moving average of how long the handler
-// took, to tell a duplicate when the original is likely done.
+// durations keeps, per principal and route, a moving average of how long
+// the handler took, to tell a duplicate when the original is likely done.
+// One principal's timing never steers (or shows) another's: beyond
+// durationStatsMax pairs, an arbitrary one is dropped to make room, and a
+// duplicate without history is estimated from the original's own age.
 type durations struct {
-	mu    sync.Mutex
-	ewma  map[string]time.Duration
-	other time.Duration // shared by routes beyond durationStatsMax
+	mu   sync.Mutex
+	ewma map[string]time.Duration
 }
 
-// routeKey is the statistics key of r: the operation and the router's
-// pattern when there is one (never the concrete path, which is unbounded).
+// routeKey is the statistics key of r: the principal, the operation and the
+// router's pattern when there is one (never the concrete path, which is
+// unbounded).
 func routeKey(r *http.Request, scope Scope) string {
-	return scope.Endpoint + " " + r.Method + " " + r.Pattern
+	return scope.Principal + "\x00" + scope.Endpoint + " " + r.Method + " " + r.Pattern
 }
 
 func (d *durations) observe(key string, took time.Duration) {
@@ -37,8 +40,10 @@ func (d *durations) observe(key string, took time.Duration) {
 	}
 	prev, ok := d.ewma[key]
 	if !ok && len(d.ewma) >= durationStatsMax {
-		d.other = ewmaStep(d.other, took)
-		return
+		for k := range d.ewma { // make room: drop an arbitrary pair
+			delete(d.ewma, k)
+			break
+		}
 	}
 	if !ok {
 		d.ewma[key] = took
@@ -59,15 +64,14 @@ func ewmaStep(prev, took time.Duration) time.Duration {
 func (d *durations) estimate(key string) (time.Duration, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if e, ok := d.ewma[key]; ok {
-		return e, true
-	}
-	return d.other, d.other != 0
+	e, ok := d.ewma[key]
+	return e, ok
 }
 
 // inFlightRetryAfter is the Retry-After, in whole seconds, for a duplicate
 // of an in-progress record: when the original is likely done (its route's
-// recent handler duration minus the time it has already run; without
+// principal's recent handler duration on the route minus the time it has
+// already run; without
 // history, the time it has already run), at least 1 s and at most the time
 // left on its lease.
 func (m *Middleware) inFlightRetryAfter(r *http.Request, scope Scope, ex *Record) int {

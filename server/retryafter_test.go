@@ -15,6 +15,7 @@ func TestRetryAfter_BoundedByLease(t *testing.T) {
 	r, _ := http.NewRequest(http.MethodPost, "/x", nil)
 	sc := Scope{Principal: "p", Endpoint: endpointAny, Key: "k"}
 	m.durations.observe(routeKey(r, sc), time.Minute)
+	m.durations.observe(routeKey(r, Scope{Principal: "other", Endpoint: endpointAny, Key: "k"}), time.Hour)
 	rec := &Record{Token: 1, CreatedAt: now.Add(-10 * time.Second), LockedUntil: now.Add(5 * time.Second)}
 	require.Equal(t, 5, m.inFlightRetryAfter(r, sc, rec), "never past the lease")
 	rec.LockedUntil = now.Add(time.Hour)

@@ -221,3 +221,36 @@ func legacyPatternEndpoint(r *http.Request) string {
 func operation(name string) func(http.Handler) http.Handler {
 	return func(h http.Handler) http.Handler { return server.Operation(h, name) }
 }
+
+// The upgrade recipe with a route renamed in the same deploy: records
+// written under "POST /v1/orders/{id}/pay" must still answer retries sent to
+// the route now named "/v1/orders/{orderID}/pay". A LegacyEndpointFunc that
+// reads r.Pattern names the new route and misses them (the report: the
+// payment ran twice); server.LegacyPatternEndpoints, given the old
+// patterns, finds them.
+func TestRouters_LegacyRecordsReplayAfterRenameInTheSameDeploy(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, kind string) {
+		mr := newMountRig(t, kind)
+		principal := func(r *http.Request) (string, error) { return r.Header.Get("X-Principal"), nil }
+		oldMW, err := server.New(mr.store, &server.Config{PrincipalFunc: principal, EndpointFunc: legacyPatternEndpoint})
+		require.NoError(t, err)
+		newMW, err := server.New(mr.store, &server.Config{PrincipalFunc: principal,
+			LegacyEndpointFunc: server.LegacyPatternEndpoints("POST /v1/orders/{id}/pay", "POST /v1/refunds")})
+		require.NoError(t, err)
+		oldMux := http.NewServeMux()
+		oldMux.Handle("POST /v1/orders/{id}/pay", oldMW.Wrap(http.HandlerFunc(mr.charge)))
+		newMux := http.NewServeMux()
+		newMux.Handle("POST /v1/orders/{orderID}/pay", newMW.Wrap(http.HandlerFunc(mr.charge)))
+		newMux.Handle("POST /v1/refunds", newMW.Wrap(http.HandlerFunc(mr.charge)))
+
+		require.Equal(t, http.StatusCreated, send(t, oldMux, "/v1/orders/9/pay", "k-old").status)
+		again := send(t, newMux, "/v1/orders/9/pay", "k-old")
+		require.Equal(t, http.StatusCreated, again.status)
+		require.Equal(t, "true", again.header.Get(wire.HeaderReplayed), "the old-scope record answers")
+		require.EqualValues(t, 1, mr.runs.Load(), "the payment ran once")
+		// New keys get the new scope.
+		require.Equal(t, http.StatusCreated, send(t, newMux, "/v1/orders/9/pay", "k-new").status)
+		require.EqualValues(t, 2, mr.runs.Load())
+	})
+}

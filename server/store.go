@@ -117,6 +117,16 @@ type ClaimResult struct {
 	// Existing is the live record that prevented the claim, when Acquired is
 	// false. It is never an expired record.
 	Existing *Record
+	// LeaseDelay is how much later than req.Now, by the caller's clock, the
+	// store started the lease and the window of an acquired claim: a store
+	// that waited for a lock before it claimed, and moved req's times by
+	// the wait so that a short lease cannot lapse in the queue
+	// (sqlitestore.Store), reports the wait here. The lease then ends at
+	// req.LockedUntil plus LeaseDelay. The middleware counts its own
+	// deadline from before req.Now plus LeaseDelay, so a store must never
+	// report more than it moved. Zero when the store counts from req.Now or
+	// from its own clock at the time it received the claim.
+	LeaseDelay time.Duration
 }
 
 // Store is where idempotency records live. pgstore.Store and sqlitestore.Store
@@ -149,10 +159,20 @@ type Store interface {
 	// lockTimeout on a concurrent, uncommitted claim of the same scope makes
 	// the claim fail with ErrInFlight.
 	BeginTx(ctx context.Context, lockTimeout time.Duration) (StoreTx, error)
-	// Sweep deletes records whose ExpiresAt is not after now, in chunks, and
-	// returns how many it deleted.
+	// Sweep deletes records that expired SweepGrace or more before now
+	// (ExpiresAt not after now minus SweepGrace), in chunks, and returns
+	// how many it deleted. The store keeps the grace itself: a caller
+	// passes the time it reads, never an earlier one to make room.
 	Sweep(ctx context.Context, now time.Time) (int, error)
 }
+
+// SweepGrace is how long after its expiry every Store keeps a record from
+// Store.Sweep. A request reads the clock before its claim reaches the
+// store; a record that expires in between is still the key's, and the
+// claim must find it (a replay) rather than insert a fresh claim and run
+// the handler again. The grace bounds that gap, far beyond any claim's
+// StoreTimeout.
+const SweepGrace = time.Minute
 
 // StoreTx is a transaction in transactional mode: the claim, the handler's
 // effect and the stored response commit together, or not at all.

@@ -30,6 +30,7 @@ type tcpProxy struct {
 	thaw         chan struct{} // closed while not frozen
 	dropCommit   bool
 	commitsDrops int
+	dropReply    []byte // drop the next server reply containing these bytes
 	closed       bool
 
 	wg sync.WaitGroup
@@ -103,7 +104,7 @@ func (p *tcpProxy) pipe(src, dst net.Conn, fromClient bool) {
 			p.mu.Unlock()
 			<-thaw // frozen: hold the bytes until thawed or closed
 			chunk := buf[:n]
-			if !fromClient && p.isDroppedCommitReply(chunk) {
+			if !fromClient && (p.isDroppedCommitReply(chunk) || p.isDroppedReply(chunk)) {
 				// The server answered the COMMIT: cut the client off
 				// without relaying the answer.
 				return
@@ -177,6 +178,26 @@ func (p *tcpProxy) DropNextCommitReply() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.dropCommit = true
+}
+
+// DropNextReplyContaining makes the proxy close the client's connection,
+// without relaying it, once PostgreSQL answers with bytes containing b
+// (for example the CommandComplete of an autocommitted UPDATE): the
+// statement was applied, its answer is lost.
+func (p *tcpProxy) DropNextReplyContaining(b []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dropReply = b
+}
+
+func (p *tcpProxy) isDroppedReply(chunk []byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dropReply == nil || !bytes.Contains(chunk, p.dropReply) {
+		return false
+	}
+	p.dropReply = nil
+	return true
 }
 
 func (p *tcpProxy) CommitRepliesDropped() int {

@@ -12,7 +12,7 @@ import (
 
 // serveTx runs a request in transactional mode: the claim, the handler's
 // effect and the stored response commit in one transaction.
-func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fp []byte, version int, ev *Event) {
+func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fps requestFingerprint, ev *Event) {
 	ctx := r.Context()
 	// Fast path for replays: a completed record never changes until it
 	// expires, so a plain read answers a duplicate without a transaction (and,
@@ -25,9 +25,23 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 		existing, err := m.store.Get(getCtx, scope, m.now())
 		cancelGet()
 		if err == nil && existing.State == StateCompleted {
-			m.answerExisting(w, r, existing, fp, version, ev)
+			m.answerExisting(w, r, existing, fps, ev)
 			return
 		}
+	}
+	// Under the quotas, a key is checked before its claim; a key that
+	// exists is answered from its record, never refused (see checkQuota).
+	// The reservation lasts until the transaction has ended (the deferred
+	// done runs after the deferred rollback below).
+	var quota *quotaCheck
+	if m.quotasOn() {
+		q, err := m.checkQuota(ctx, scope, false)
+		if err != nil {
+			m.storeFailure(w, r, ev, "usage", err)
+			return
+		}
+		quota = q
+		defer quota.done()
 	}
 	// BeginTx and the claim share one StoreTimeout: between them they wait
 	// for a connection and, bounded by LockTimeout, for a concurrent claim
@@ -39,7 +53,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 		m.storeFailure(w, r, ev, "begin", err)
 		return
 	}
-	req := m.claimRequest(scope, fp, version, m.cfg.LockTimeout)
+	req := m.claimRequest(scope, fps, m.cfg.LockTimeout)
 	t0 := time.Now()
 	res, err := tx.Claim(callCtx, req)
 	cancelCall()
@@ -52,10 +66,15 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 			m.storeFailure(w, r, ev, "claim", err)
 			return
 		}
-		m.answerExisting(w, r, res.Existing, fp, version, ev)
+		m.answerExisting(w, r, res.Existing, fps, ev)
 		return
 	}
 	cleanup := context.WithoutCancel(ctx)
+	if quota.refuses(res) {
+		m.rollback(cleanup, tx, scope)
+		m.quotaExceeded(w, ev, quota)
+		return
+	}
 	t := &txClaim{m: m, ctx: cleanup, tx: tx, ev: ev}
 	defer t.end() // a no-op after Commit or Rollback
 	m.acquired(ev, res)

@@ -41,6 +41,23 @@ const shutdownTimeout = 10 * time.Second
 // addrDefault is the default of --addr.
 const addrDefault = "127.0.0.1:8080"
 
+// The HTTP server's limits, as a server exposed to clients should set them:
+// a client that sends its headers or its body slowly, or holds an idle
+// connection, is cut off instead of holding a connection (and its
+// goroutine and buffers) for as long as it likes.
+const (
+	// readTimeoutDefault is the default of --read-timeout: the most a
+	// client may take to send a whole request, headers and body.
+	readTimeoutDefault = 10 * time.Second
+	// readHeaderTimeoutMax bounds the time to send the headers (at most
+	// the read timeout).
+	readHeaderTimeoutMax = 5 * time.Second
+	// idleTimeout closes a keep-alive connection idle this long.
+	idleTimeout = 60 * time.Second
+	// maxHeaderBytes bounds the request headers.
+	maxHeaderBytes = 32 << 10
+)
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -59,7 +76,9 @@ type options struct {
 	addr string
 	// sweep is --sweep: 0 runs no sweeper.
 	sweep time.Duration
-	mode  string
+	// readTimeout is --read-timeout.
+	readTimeout time.Duration
+	mode        string
 	// metrics is --metrics: serve GET /metrics.
 	metrics bool
 	cfg     paymentsapi.Config
@@ -67,10 +86,11 @@ type options struct {
 
 func defaultOptions() options {
 	return options{
-		addr:  addrDefault,
-		sweep: paymentsapi.SweepIntervalDefault,
-		mode:  string(paymentsapi.ModeDefault),
-		cfg:   paymentsapi.Config{DB: paymentsapi.DBDefault, Window: paymentsapi.WindowDefault},
+		addr:        addrDefault,
+		sweep:       paymentsapi.SweepIntervalDefault,
+		readTimeout: readTimeoutDefault,
+		mode:        string(paymentsapi.ModeDefault),
+		cfg:         paymentsapi.Config{DB: paymentsapi.DBDefault, Window: paymentsapi.WindowDefault},
 	}
 }
 
@@ -87,6 +107,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.mode, "mode", o.mode, `"transactional" (payment, claim and response in one transaction) or "lease" (claim committed first, payment deduplicated by key)`)
 	fs.DurationVar(&o.cfg.LeaseDuration, "lease", o.cfg.LeaseDuration, "lease mode: how long a claim holds before a retry may take it over (0: 30s, capped at half the window)")
 	fs.DurationVar(&o.sweep, "sweep", o.sweep, "interval of the sweeper that deletes expired idempotency records (0: no sweeper)")
+	fs.DurationVar(&o.readTimeout, "read-timeout", o.readTimeout, "the most a client may take to send a whole request (headers and body); a slower one is disconnected")
 	fs.BoolVar(&o.cfg.AbortOnDisconnect, "abort-on-disconnect", o.cfg.AbortOnDisconnect, "give up (and roll back) a payment when its client disconnects; by default it is finished anyway")
 	fs.BoolVar(&o.cfg.LogIdentifiers, "log-identifiers", o.cfg.LogIdentifiers, "log idempotency keys and accounts as they are (by default they are hashed)")
 	fs.BoolVar(&o.metrics, "metrics", o.metrics, "serve Prometheus metrics on GET /metrics (the middleware's counters, the store's health)")
@@ -131,6 +152,9 @@ func (o options) validate() error {
 	if l := o.cfg.LeaseDuration; l < 0 || (l > 0 && l >= o.cfg.Window) {
 		errs = append(errs, fmt.Errorf("--lease must be positive and shorter than --window (%v), got %v", o.cfg.Window, l))
 	}
+	if o.readTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--read-timeout must be positive, got %v", o.readTimeout))
+	}
 	if o.sweep < 0 {
 		errs = append(errs, fmt.Errorf("--sweep must not be negative, got %v", o.sweep))
 	}
@@ -172,11 +196,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		mux.Handle("/", handler)
 		handler = mux
 	}
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
+	srv := newHTTPServer(handler, o.readTimeout, logger)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	cfg := app.Config()
@@ -199,4 +219,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	<-serveErr // http.ErrServerClosed
 	return nil
+}
+
+// newHTTPServer is the HTTP server of the API, with the limits every server
+// exposed to clients needs: read-header, read and idle timeouts and a
+// header size limit (the body limit is the route's: see
+// paymentsapi.MaxBodyBytes). There is no write timeout: a payment held by
+// --delay, or one waiting on its database, must be able to answer.
+func newHTTPServer(h http.Handler, readTimeout time.Duration, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: min(readHeaderTimeoutMax, readTimeout),
+		ReadTimeout:       readTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
 }

@@ -32,6 +32,11 @@ type dialect interface {
 	// interpretError maps the driver's "no rows" to errNoRows, keeping
 	// the driver's error as the cause; other errors pass unchanged.
 	interpretError(err error) error
+	// mayHaveCommitted reports whether an autocommitted write that failed
+	// with err may nevertheless have been applied: the driver cannot say
+	// that the statement was not sent, and the database did not answer
+	// with an error of its own (its answer was lost on the way back).
+	mayHaveCommitted(err error) bool
 }
 
 // errNoRows is the dialect-independent "the query returned no row".

@@ -3,6 +3,7 @@ package paymentsapi
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"net/url"
@@ -235,4 +236,17 @@ func openMySQL(ctx context.Context, dsn string) (_ *mysqlstore.Store, _ myDialec
 		return nil, myDialect{}, nil, fmt.Errorf("migrate idempotency store: %w", err)
 	}
 	return st, myDialect{db: db}, closeFunc, nil
+}
+
+// mayHaveCommitted: a *mysql.MySQLError is the server's own answer, so the
+// statement failed; go-sql-driver returns driver.ErrBadConn only when it
+// knows that nothing was sent (a dead pooled connection). Any other error
+// (a read timeout, a connection cut while waiting for the answer) may have
+// followed a statement the server applied.
+func (myDialect) mayHaveCommitted(err error) bool {
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) || errors.Is(err, driver.ErrBadConn) {
+		return false
+	}
+	return err != nil
 }

@@ -1,9 +1,14 @@
 package paymentsapi
 
 import (
+	"database/sql/driver"
+	"fmt"
+	"io"
+	"os"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 )
 
@@ -34,4 +39,27 @@ func TestMySQLConfig(t *testing.T) {
 	require.True(t, isMySQLDSN("mysql://x/y"))
 	require.True(t, isMySQLDSN("mariadb://x/y"))
 	require.False(t, isMySQLDSN("postgres://x/y"))
+}
+
+func TestMyDialect_MayHaveCommitted(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"server error", &mysql.MySQLError{Number: 1062, Message: "Duplicate entry"}, false},
+		{"wrapped server error", fmt.Errorf("insert: %w", &mysql.MySQLError{Number: 1205}), false},
+		{"nothing sent", driver.ErrBadConn, false},
+		{"answer lost", io.ErrUnexpectedEOF, true},
+		{"timeout", os.ErrDeadlineExceeded, true},
+		{"no error", nil, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := (myDialect{}).mayHaveCommitted(tt.err); got != tt.want {
+				t.Fatalf("got %v want %v", got, tt.want)
+			}
+		})
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idemkit/internal/migrate"
@@ -68,4 +69,15 @@ func (pgDialect) interpretError(err error) error {
 		return fmt.Errorf("%w: %w", errNoRows, err)
 	}
 	return err
+}
+
+// mayHaveCommitted: a PostgreSQL error (a *pgconn.PgError) is the server's
+// own answer, so the statement failed; otherwise pgconn.SafeToRetry says
+// whether pgx knows that nothing was sent.
+func (pgDialect) mayHaveCommitted(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return false
+	}
+	return !pgconn.SafeToRetry(err)
 }

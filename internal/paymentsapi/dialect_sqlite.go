@@ -62,3 +62,7 @@ func (sqliteDialect) interpretError(err error) error {
 	}
 	return err
 }
+
+// mayHaveCommitted: SQLite runs in process, and a write that returns an
+// error was not committed (its journal rolls it back).
+func (sqliteDialect) mayHaveCommitted(error) bool { return false }

@@ -13,6 +13,11 @@ import (
 	"github.com/idemkit/idemkit/server"
 )
 
+// MaxBodyBytes is the largest payment request body the API accepts: a
+// larger one is answered 413 body-too-large by the idempotency middleware
+// before more of it is read or anything is claimed.
+const MaxBodyBytes = 16 << 10
+
 // handlers are the payments API's HTTP handlers.
 type handlers struct {
 	ledger ledger
@@ -47,7 +52,7 @@ func newPaymentID() (string, error) {
 // /v1/payments.
 func (h *handlers) routes(mw *server.Middleware) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/payments", mw.Wrap(http.HandlerFunc(h.create)))
+	mux.Handle("POST /v1/payments", mw.Wrap(server.LimitBody(http.HandlerFunc(h.create), MaxBodyBytes)))
 	mux.HandleFunc("GET /v1/payments", h.list)
 	return mux
 }
@@ -107,11 +112,31 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusUnprocessableEntity, wire.ProblemKeyReused, "Idempotency-Key reused with a different request",
 			"This account already made a different payment with this Idempotency-Key.", 0)
 		return
+	case err != nil && h.mayHaveCommitted(ctx, err):
+		// Lease mode: the payment's INSERT commits on its own, and its
+		// answer was lost after it may have been applied. Never say "not
+		// made" without knowing: the 503 frees the key, and the retry's
+		// INSERT finds the payment (by its key) if it was made.
+		h.logger.LogAttrs(r.Context(), slog.LevelWarn, "payments: create payment: outcome unknown", slog.Any("error", err))
+		writeProblem(w, http.StatusServiceUnavailable, wire.ProblemOutcomeUnknown, wire.ProblemTitle(wire.ProblemOutcomeUnknown),
+			"The payment may or may not have been made: the database's answer was lost. Retry with the same Idempotency-Key: the retry finds out.", 1)
+		return
 	case err != nil:
 		h.internalError(w, r, "create payment", err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, p)
+}
+
+// mayHaveCommitted reports whether the payment write that failed with err
+// may have been applied anyway: never inside the request's transaction
+// (transactional mode), which rolls back with the 5xx; in lease mode, when
+// the driver cannot say the write was not sent.
+func (h *handlers) mayHaveCommitted(ctx context.Context, err error) bool {
+	if _, inTx := server.TxHandle(ctx); inTx {
+		return false
+	}
+	return h.ledger.d.mayHaveCommitted(err)
 }
 
 // effectContext returns the context the payment is made under: the

@@ -24,6 +24,7 @@ const (
 	ProblemPrincipalInvalid = "principal-invalid"
 	ProblemEndpointInvalid  = "endpoint-invalid"
 	ProblemQuotaExceeded    = "quota-exceeded"
+	ProblemNotCaptured      = "response-not-captured"
 )
 
 // problemTitles are the fixed titles of each slug.
@@ -43,6 +44,7 @@ var problemTitles = map[string]string{
 	ProblemPrincipalInvalid: "Principal cannot scope an Idempotency-Key",
 	ProblemEndpointInvalid:  "Operation name cannot scope an Idempotency-Key",
 	ProblemQuotaExceeded:    "Idempotency quota exceeded",
+	ProblemNotCaptured:      "The operation ran once; its response was not captured",
 }
 
 // ProblemType returns the problem type URI of slug: ProblemTypeBase + slug.

@@ -217,18 +217,20 @@ func (s *Store) ExtendLease(ctx context.Context, sc server.Scope, token int64, n
 // deleted by earlier chunks stay deleted and are counted in the returned
 // total, which comes with ctx's error.
 //
-// A now in the past (the sweeper passes now minus its grace) deletes only
-// rows that expired that long before the database's clock_timestamp().
+// Rows expired less than server.SweepGrace before now are kept. The
+// database's clock_timestamp() decides; now only says how far in the past
+// to look: a now d before the host's time deletes only rows that expired
+// d plus the grace before the database's clock.
 //
 // With Config.Partitioned it maintains the partitions instead
-// (MaintainPartitions) and returns the rows of the partitions it dropped;
-// it deletes rows one by one only with Config.PartitionSweepRows (or on a
-// plain table).
+// (MaintainPartitions, given now less server.SweepGrace) and returns the
+// rows of the partitions it dropped; it deletes rows one by one only with
+// Config.PartitionSweepRows (or on a plain table).
 func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 	if !s.cfg.Partitioned {
 		return s.s.Sweep(ctx, s.q, now)
 	}
-	rep, err := s.MaintainPartitions(ctx, now)
+	rep, err := s.MaintainPartitions(ctx, now.Add(-server.SweepGrace))
 	if err != nil && ctx.Err() != nil {
 		return int(rep.DroppedRows), err
 	}

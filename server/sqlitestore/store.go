@@ -342,9 +342,9 @@ func (s *Store) ExtendLease(ctx context.Context, sc server.Scope, token int64, n
 	return s.s.ExtendLease(ctx, s.q, sc, token, now, lease)
 }
 
-// Sweep implements server.Store.Sweep. It deletes expired rows in chunks of
-// Config.SweepChunkSize, each its own short write, until a chunk is short,
-// and returns the total. ctx is checked between chunks and cancels the
+// Sweep implements server.Store.Sweep. It deletes rows expired
+// server.SweepGrace or more before now in chunks of Config.SweepChunkSize,
+// each its own short write, until a chunk is short, and returns the total. ctx is checked between chunks and cancels the
 // running chunk; rows deleted by earlier chunks stay deleted and are
 // counted in the returned total, which comes with ctx's error.
 func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
@@ -393,7 +393,7 @@ func Tx(ctx context.Context) (*sql.Tx, bool) {
 // lock is held, not when the claim began to wait: after a wait of
 // claimShiftMin (100 ms) or more, req's times are moved by the wait,
 // so that a short lease cannot lapse while the claim queues behind another
-// writer.
+// writer, and the result reports the wait as its LeaseDelay.
 func (s *Store) Claim(ctx context.Context, req server.ClaimRequest) (res server.ClaimResult, err error) {
 	if err := s.checkFile(); err != nil {
 		return server.ClaimResult{}, err
@@ -410,10 +410,15 @@ func (s *Store) Claim(ctx context.Context, req server.ClaimRequest) (res server.
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return server.ClaimResult{}, interpretError(err)
 	}
+	var shift time.Duration
 	if waited := time.Since(start); waited >= claimShiftMin {
+		shift = waited
 		req.Now, req.LockedUntil, req.ExpiresAt = req.Now.Add(waited), req.LockedUntil.Add(waited), req.ExpiresAt.Add(waited)
 	}
 	res, err = s.s.Claim(ctx, &querier{q: conn}, req)
+	if res.Acquired {
+		res.LeaseDelay = shift
+	}
 	if err != nil {
 		if _, rbErr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
 			err = errors.Join(err, fmt.Errorf("idemkit/server: roll back a failed claim: %w", interpretError(rbErr)))

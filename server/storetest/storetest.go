@@ -218,6 +218,35 @@ var cases = []testCase{
 		require.True(t, req.ExpiresAt.Equal(rec.ExpiresAt), "ExpiresAt: got %v want %v", rec.ExpiresAt, req.ExpiresAt)
 		require.Nil(t, rec.Response)
 	}},
+	{"Claim_LeaseDelayNeverMoreThanMoved", func(t *testing.T, b *testBundle) {
+		// Concurrent claims of distinct scopes may queue for a lock; a
+		// store that starts a lease later than req.Now reports by how much
+		// in LeaseDelay, and never more than it moved the lease: the
+		// middleware cancels the handler by req.LockedUntil plus LeaseDelay.
+		type claimed struct {
+			req server.ClaimRequest
+			res server.ClaimResult
+			err error
+		}
+		out := make(chan claimed, Concurrency)
+		for i := range Concurrency {
+			go func() {
+				req := claimReq(scope(fmt.Sprintf("delay-%d", i)), fingerprint("body"), b.t0)
+				res, err := b.store.Claim(b.ctx, req)
+				out <- claimed{req, res, err}
+			}()
+		}
+		for range Concurrency {
+			c := <-out
+			require.NoError(t, c.err)
+			require.True(t, c.res.Acquired)
+			require.GreaterOrEqual(t, c.res.LeaseDelay, time.Duration(0))
+			rec, err := b.store.Get(b.ctx, c.req.Scope, b.t0)
+			require.NoError(t, err)
+			granted := c.req.LockedUntil.Add(c.res.LeaseDelay).Truncate(time.Millisecond)
+			require.False(t, rec.LockedUntil.Before(granted), "LockedUntil %v before req.LockedUntil+LeaseDelay %v", rec.LockedUntil, granted)
+		}
+	}},
 	{"Get_NotFound", func(t *testing.T, b *testBundle) {
 		_, err := b.store.Get(b.ctx, scope("never"), b.t0)
 		require.ErrorIs(t, err, server.ErrRecordNotFound)
@@ -533,7 +562,7 @@ var cases = []testCase{
 		for _, sc := range live {
 			b.mustAcquire(t, claimReq(sc, fp, b.t0))
 		}
-		sweepAt := b.t0.Add(time.Minute + SweepRows*time.Millisecond)
+		sweepAt := b.t0.Add(time.Minute + SweepRows*time.Millisecond + server.SweepGrace)
 
 		n, err := b.store.Sweep(b.ctx, b.t0)
 		require.NoError(t, err)
@@ -552,6 +581,28 @@ var cases = []testCase{
 		res := b.claim(t, claimReq(scope("expired-0"), fp, sweepAt))
 		require.True(t, res.Acquired)
 		require.Equal(t, int64(1), res.Token)
+	}},
+	{"Sweep_KeepsGrace", func(t *testing.T, b *testBundle) {
+		// Sweep called directly, with the time the caller reads, keeps a
+		// record for server.SweepGrace after it expired: a request that
+		// read the clock just before then may still be on its way to
+		// claim it, and must replay rather than run again.
+		sc := scope("just-expired")
+		req := claimReq(sc, fingerprint("body"), b.t0)
+		req.ExpiresAt = b.t0.Add(time.Minute)
+		token := b.mustAcquire(t, req)
+		require.NoError(t, b.store.Complete(b.ctx, sc, token, b.t0, sampleResponse()))
+
+		n, err := b.store.Sweep(b.ctx, req.ExpiresAt.Add(server.SweepGrace/2))
+		require.NoError(t, err)
+		require.Zero(t, n, "a record expired less than SweepGrace ago was swept")
+		rec, err := b.store.Get(b.ctx, sc, req.ExpiresAt.Add(-time.Millisecond))
+		require.NoError(t, err, "a request stamped before the expiry still finds its record")
+		require.Equal(t, server.StateCompleted, rec.State)
+
+		n, err = b.store.Sweep(b.ctx, req.ExpiresAt.Add(server.SweepGrace))
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
 	}},
 	{"Sweep_CanceledContext", func(t *testing.T, b *testBundle) {
 		ctx, cancel := context.WithCancel(b.ctx)

@@ -31,7 +31,8 @@ type Config struct {
 	// clock just before its key expired (a replay of a live record) must
 	// not find the record deleted under it by the time its claim runs, or
 	// the claim would insert a fresh record and run the handler again.
-	// Defaults to 1m.
+	// Every Store keeps server.SweepGrace (1m) itself; a longer Grace keeps
+	// records longer, a shorter one changes nothing. Defaults to 1m.
 	Grace time.Duration
 	// Logger receives a debug line per sweep that deleted rows and a warning
 	// per failed sweep. Defaults to slog.Default().
@@ -103,8 +104,10 @@ func (s *Sweeper) run(ctx context.Context) {
 }
 
 func (s *Sweeper) sweepOnce(ctx context.Context) {
+	// The store keeps server.SweepGrace itself; only the rest of a longer
+	// Grace is taken off the time passed.
 	start := s.timeNowFunc()
-	n, err := s.store.Sweep(ctx, start.Add(-s.cfg.Grace))
+	n, err := s.store.Sweep(ctx, start.Add(-max(s.cfg.Grace-server.SweepGrace, 0)))
 	end := s.timeNowFunc()
 	switch {
 	case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):

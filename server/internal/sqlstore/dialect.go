@@ -47,7 +47,8 @@ type Dialect interface {
 	// ExtendLease moves locked_until of the in-progress claim of sc held
 	// with token to now plus lease.
 	ExtendLease(sc server.Scope, token int64, now time.Time, lease time.Duration) (query string, args []any)
-	// SweepChunk deletes at most limit rows expired at now.
+	// SweepChunk deletes at most limit rows expired at now. The Store has
+	// taken server.SweepGrace off now already.
 	SweepChunk(now time.Time, limit int) (query string, args []any)
 	// Usage returns the count of principal's live rows, their stored bytes
 	// and the least expires_at among them.

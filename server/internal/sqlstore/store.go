@@ -170,11 +170,13 @@ func (s *Store) expectOneRow(n int64, err error) error {
 }
 
 // Sweep implements server.Store.Sweep on q: chunks of SweepChunkSize rows,
-// each its own statement, until a chunk is short. ctx is checked between
-// chunks and cancels the running chunk; rows deleted by earlier chunks stay
-// deleted and are counted in the returned total, which comes with ctx's
-// error.
+// each its own statement, until a chunk is short. Rows expired less than
+// server.SweepGrace before now are kept: the dialect's SweepChunk is given
+// now minus the grace. ctx is checked between chunks and cancels the
+// running chunk; rows deleted by earlier chunks stay deleted and are
+// counted in the returned total, which comes with ctx's error.
 func (s *Store) Sweep(ctx context.Context, q Querier, now time.Time) (int, error) {
+	now = now.Add(-server.SweepGrace)
 	total := 0
 	for {
 		if err := ctx.Err(); err != nil {
