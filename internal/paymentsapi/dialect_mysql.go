@@ -238,14 +238,15 @@ func openMySQL(ctx context.Context, dsn string) (_ *mysqlstore.Store, _ myDialec
 	return st, myDialect{db: db}, closeFunc, nil
 }
 
-// mayHaveCommitted: a *mysql.MySQLError is the server's own answer, so the
-// statement failed; go-sql-driver returns driver.ErrBadConn only when it
-// knows that nothing was sent (a dead pooled connection). Any other error
-// (a read timeout, a connection cut while waiting for the answer) may have
-// followed a statement the server applied.
+// mayHaveCommitted: a *mysql.MySQLError, or a read that found no row, is
+// the server's own answer, so the statement failed; go-sql-driver returns
+// driver.ErrBadConn only when it knows that nothing was sent (a dead
+// pooled connection). Any other error (a read timeout, a connection cut
+// while waiting for the answer) may have followed a statement the server
+// applied.
 func (myDialect) mayHaveCommitted(err error) bool {
 	var myErr *mysql.MySQLError
-	if errors.As(err, &myErr) || errors.Is(err, driver.ErrBadConn) {
+	if errors.As(err, &myErr) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, errNoRows) {
 		return false
 	}
 	return err != nil

@@ -54,6 +54,7 @@ func TestMyDialect_MayHaveCommitted(t *testing.T) {
 		{"answer lost", io.ErrUnexpectedEOF, true},
 		{"timeout", os.ErrDeadlineExceeded, true},
 		{"no error", nil, false},
+		{"no row", fmt.Errorf("read: %w", errNoRows), false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
