@@ -3,7 +3,7 @@
 // Idempotency-Key, and the payment row and the idempotency record commit in
 // one transaction.
 //
-//	go run ./examples/payments [--addr 127.0.0.1:8080] [--dsn postgres://...|mysql://...] [--db FILE] [--window 24h] [--delay 0s] [--metrics]
+//	go run ./examples/payments [--addr 127.0.0.1:8080] [--dsn postgres://...|mysql://...] [--db FILE] [--window 24h] [--delay 0s] [--metrics] [--encryption-key-file FILE]
 //
 // Without --dsn it keeps everything in the SQLite file --db and needs nothing
 // installed; with --dsn it uses PostgreSQL (postgres://...) or MySQL/MariaDB
@@ -33,6 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemkit/idemkit/internal/paymentsapi"
+	"github.com/idemkit/idemkit/server/sealstore"
 )
 
 // shutdownTimeout bounds the graceful shutdown.
@@ -79,6 +80,8 @@ type options struct {
 	// readTimeout is --read-timeout.
 	readTimeout time.Duration
 	mode        string
+	// keyFile is --encryption-key-file.
+	keyFile string
 	// metrics is --metrics: serve GET /metrics.
 	metrics bool
 	cfg     paymentsapi.Config
@@ -110,12 +113,20 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.readTimeout, "read-timeout", o.readTimeout, "the most a client may take to send a whole request (headers and body); a slower one is disconnected")
 	fs.BoolVar(&o.cfg.AbortOnDisconnect, "abort-on-disconnect", o.cfg.AbortOnDisconnect, "give up (and roll back) a payment when its client disconnects; by default it is finished anyway")
 	fs.BoolVar(&o.cfg.LogIdentifiers, "log-identifiers", o.cfg.LogIdentifiers, "log idempotency keys and accounts as they are (by default they are hashed)")
+	fs.StringVar(&o.keyFile, "encryption-key-file", "", "seal stored responses at rest with the AES-256 key in FILE (64 hex digits, e.g. from: openssl rand -hex 32)")
 	fs.BoolVar(&o.metrics, "metrics", o.metrics, "serve Prometheus metrics on GET /metrics (the middleware's counters, the store's health)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
 	if fs.NArg() > 0 {
 		return options{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if o.keyFile != "" {
+		key, err := sealstore.ReadKeyFile(o.keyFile)
+		if err != nil {
+			return options{}, fmt.Errorf("--encryption-key-file: %w", err)
+		}
+		o.cfg.EncryptionKey = key
 	}
 	if err := o.validate(); err != nil {
 		return options{}, err

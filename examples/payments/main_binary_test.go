@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/paymentsapi"
+	"github.com/idemkit/idemkit/internal/testbin"
 	"github.com/idemkit/idemkit/internal/testmysql"
 	"github.com/idemkit/idemkit/internal/testpg"
 	"github.com/idemkit/idemkit/internal/wire"
@@ -27,17 +27,7 @@ import (
 // buildBinary builds this command into a temporary directory.
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	out := filepath.Join(t.TempDir(), "payments")
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", out, ".")
-	output, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build: %s", output)
-	return out
+	return testbin.Build(t, ".", t.TempDir(), "payments")
 }
 
 type proc struct {

@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idemkit/internal/redact"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/pgstore"
+	"github.com/idemkit/idemkit/server/sealstore"
 	"github.com/idemkit/idemkit/server/sqlitestore"
 	"github.com/idemkit/idemkit/server/sweeper"
 )
@@ -119,6 +120,16 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 	}
 	if err := l.migrate(ctx); err != nil {
 		return nil, err
+	}
+	if len(cfg.EncryptionKey) > 0 {
+		sealed, err := sealstore.New(store, &sealstore.Config{
+			Keys:   map[string][]byte{sealstore.KeyID(cfg.EncryptionKey): cfg.EncryptionKey},
+			Logger: cfg.Logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+		store = sealed
 	}
 
 	stopping, stop := context.WithCancel(context.Background())

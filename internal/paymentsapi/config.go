@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemkit/idemkit/server"
+	"github.com/idemkit/idemkit/server/sealstore"
 )
 
 // Mode is how the idempotency record and the payment are committed.
@@ -102,6 +103,11 @@ type Config struct {
 	// inflight` prints). Defaults to false.
 	LogIdentifiers bool
 
+	// EncryptionKey, if set, is a 32-byte AES-256 key: stored responses
+	// are sealed with it at rest (server/sealstore: AES-256-GCM bound to
+	// the request's scope). Defaults to nil (stored as they are).
+	EncryptionKey []byte
+
 	// Metrics, if set, receives the API's Prometheus metrics (package
 	// server/prommetrics, with the label store set to the backend): the
 	// middleware's counters and the store's health, its sweeper's
@@ -144,6 +150,9 @@ func (c *Config) WithDefaults() *Config {
 // Config with defaults.
 func (c *Config) validate() error {
 	var errs []error
+	if n := len(c.EncryptionKey); n != 0 && n != sealstore.KeySize {
+		errs = append(errs, fmt.Errorf("paymentsapi: Config.EncryptionKey is %d bytes, want %d", n, sealstore.KeySize))
+	}
 	if c.Window < time.Second {
 		errs = append(errs, fmt.Errorf("paymentsapi: Config.Window must be at least 1s, got %v", c.Window))
 	}
