@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/idemkit/idemkit/internal/testbin"
 	"github.com/idemkit/idemkit/internal/testdb"
 
 	"bufio"
@@ -12,7 +13,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -36,16 +36,7 @@ func TestMain(m *testing.M) {
 // buildBinary builds the demo into a temporary directory.
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	out := filepath.Join(t.TempDir(), "killresume")
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	output, err := exec.CommandContext(ctx, goBin, "build", "-o", out, ".").CombinedOutput()
-	require.NoError(t, err, "go build: %s", output)
-	return out
+	return testbin.Build(t, ".", t.TempDir(), "killresume")
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent use.

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"github.com/idemkit/idemkit/internal/testbin"
 	"github.com/idemkit/idemkit/internal/testdb"
 
 	"context"
@@ -9,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -133,10 +133,7 @@ var (
 func binaries(t *testing.T) built {
 	t.Helper()
 	buildOnce.Do(func() {
-		goBin, err := exec.LookPath("go")
-		if err != nil {
-			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
+		goBin := testbin.GoTool()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		for _, b := range []struct{ out, pkg string }{

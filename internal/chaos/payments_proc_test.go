@@ -93,13 +93,6 @@ func (s *paymentsServer) restart(ctx context.Context) error {
 	}
 }
 
-// kill SIGKILLs the current generation.
-func (s *paymentsServer) kill() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.p.kill()
-}
-
 // tail returns the last n bytes of s.
 func tail(s string, n int) string {
 	if len(s) <= n {
