@@ -461,7 +461,7 @@ func result(in *Intent) error {
 	switch in.State {
 	case StateSucceeded, StatePending:
 		return nil
-	case StateExpired, StateCanceled:
+	case StateUnknown, StateExpired, StateCanceled:
 		return resultOf(in, nil)
 	}
 	// Whether an answer meant "key reused" was decided by the profile when

@@ -43,6 +43,9 @@ var (
 //     [DefaultCheckRetry] and [Profile]; a reused key also matches
 //     [ErrKeyReused]), or the retry policy gave up on a permanent error.
 //     The intent's Outcome holds the response, if there was one.
+//   - [StateUnknown]: an attempt's answer was lost, and a later answer
+//     (a 401, a proxy's error page, …) says nothing about it: the effect
+//     may have happened. Reconcile; never resend under a new key blindly.
 //   - [StateExpired]: the horizon passed without a definitive answer. The
 //     effect may or may not have happened: the intent needs
 //     reconciliation. It is never re-sent with a new key.
@@ -68,6 +71,8 @@ func (s IntentState) describe() string {
 	switch s {
 	case StateFailed:
 		return "idemkit: request failed"
+	case StateUnknown:
+		return "idemkit: outcome unknown: an attempt's answer was lost and a later answer says nothing about it"
 	case StateExpired:
 		return "idemkit: retry horizon passed without a definitive answer"
 	case StateCanceled:

@@ -171,7 +171,7 @@ func (q *queue) retryBusy(ctx context.Context, fn func() error) error {
 // writes: the number of its last migration (idemkit_client_migrations;
 // Client.SchemaVersion reads it). Open refuses a queue migrated by a newer
 // version, whose schema this one cannot write safely.
-const queueSchemaVersion = 6
+const queueSchemaVersion = 7
 
 // migrationsVersionTable is where a queue records its applied migrations.
 const migrationsVersionTable = "idemkit_client_migrations"
@@ -260,7 +260,7 @@ const (
 
 	sqlInsertAttempt = `INSERT INTO idemkit_attempts (intent_id, n, token, started_at) VALUES (?, ?, ?, ?)`
 
-	sqlFinishAttempt = `UPDATE idemkit_attempts SET finished_at = ?, status = ?, error = ?, replayed = ?
+	sqlFinishAttempt = `UPDATE idemkit_attempts SET finished_at = ?, status = ?, error = ?, replayed = ?, not_sent = ?
 	WHERE intent_id = ? AND n = ?`
 
 	// sqlReschedule keeps the intent pending, due at ?1; leased until ?2
@@ -286,7 +286,7 @@ const (
 
 	sqlNthLastAttempt = `SELECT started_at FROM idemkit_attempts WHERE intent_id = ? ORDER BY n DESC LIMIT 1 OFFSET ?`
 
-	sqlSelectAttempts = `SELECT n, token, started_at, finished_at, status, error, replayed
+	sqlSelectAttempts = `SELECT n, token, started_at, finished_at, status, error, replayed, not_sent
 	FROM idemkit_attempts WHERE intent_id = ? ORDER BY n`
 
 	sqlPruneBatch = `SELECT id FROM idemkit_intents WHERE state <> 'pending' AND updated_at < ? LIMIT 1000`
@@ -527,6 +527,8 @@ type attemptResult struct {
 	status   int
 	errText  string
 	replayed bool
+	// notSent: the attempt is known never to have left this process.
+	notSent bool
 	// learned is the Idempotency-Window the response advertised, if any,
 	// and horizon the intent's horizon after it (zero: unchanged).
 	learned time.Duration
@@ -539,7 +541,7 @@ func (q *queue) logAttempt(ctx context.Context, ex execer, id string, now time.T
 	if a.status != 0 {
 		status = a.status
 	}
-	if _, err := ex.ExecContext(ctx, sqlFinishAttempt, wire.FormatTime(now), status, a.errText, boolInt(a.replayed), id, a.n); err != nil {
+	if _, err := ex.ExecContext(ctx, sqlFinishAttempt, wire.FormatTime(now), status, a.errText, boolInt(a.replayed), boolInt(a.notSent), id, a.n); err != nil {
 		return err
 	}
 	if a.learned > 0 {
@@ -720,8 +722,8 @@ func (q *queue) attempts(ctx context.Context, id string) ([]*Attempt, error) {
 		var started string
 		var finished *string
 		var status *int64
-		var replayed int64
-		if err := rows.Scan(&a.N, &a.Token, &started, &finished, &status, &a.Error, &replayed); err != nil {
+		var replayed, notSent int64
+		if err := rows.Scan(&a.N, &a.Token, &started, &finished, &status, &a.Error, &replayed, &notSent); err != nil {
 			return nil, interpretError(err)
 		}
 		var err error
@@ -737,6 +739,7 @@ func (q *queue) attempts(ctx context.Context, id string) ([]*Attempt, error) {
 			a.Status = int(*status)
 		}
 		a.Replayed = replayed != 0
+		a.NotSent = notSent != 0
 		out = append(out, a)
 	}
 	return out, interpretError(rows.Err())

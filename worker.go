@@ -39,7 +39,7 @@ func (c *Client) driveClaimed(ctx context.Context, id string, first *claimed) (i
 			// Nothing was sent: hand the claim back at once.
 			now := c.now()
 			_ = c.q.reschedule(context.WithoutCancel(ctx), first.lease, now, wait{due: now,
-				attempt: &attemptResult{n: first.attempt, errText: "client closed"}, lastErr: first.in.LastError})
+				attempt: &attemptResult{n: first.attempt, errText: "client closed", notSent: true}, lastErr: first.in.LastError})
 		}
 	}
 	if !c.enter() {

@@ -25,6 +25,8 @@ type tracker struct {
 	// onExhausted is called.
 	maxAttempts int
 	onExhausted func(id string)
+	// onStarted, if set, is called when an attempt of an intent starts.
+	onStarted func(id string)
 
 	mu        sync.Mutex
 	attempts  map[string]int  // intent id -> attempts started here (this process's count)
@@ -123,6 +125,9 @@ func (t *tracker) onEvent(e idemkit.Event) {
 		t.mu.Lock()
 		t.attempts[id]++
 		t.mu.Unlock()
+		if t.onStarted != nil {
+			t.onStarted(id)
+		}
 		if t.verbose {
 			t.printf("%s attempt %d: %s", shortID(id), e.Attempt, e.URL)
 		}

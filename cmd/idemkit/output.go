@@ -191,6 +191,9 @@ func summary(in *idemkit.Intent) string {
 			b.WriteString(" (answered from the server's idempotency store: the effect happened once, earlier)")
 		}
 	}
+	if in.State == idemkit.StateUnknown {
+		b.WriteString(" (outcome unknown: an earlier attempt's answer was lost and this answer says nothing about it; it may have taken effect: reconcile with the server, never retry under a new key)")
+	}
 	if in.State == idemkit.StateExpired {
 		b.WriteString(" (outcome unknown: it may or may not have taken effect; reconcile with the server)")
 	}
@@ -206,12 +209,13 @@ func summary(in *idemkit.Intent) string {
 }
 
 // resultCode is the exit status an intent's state asks for: 0 succeeded
-// or pending, 3 failed or canceled, 4 expired.
+// or pending, 3 failed or canceled, 4 unknown or expired (the outcome is
+// unknown).
 func resultCode(in *idemkit.Intent) int {
 	switch in.State {
 	case idemkit.StateFailed, idemkit.StateCanceled:
 		return exitFailed
-	case idemkit.StateExpired:
+	case idemkit.StateExpired, idemkit.StateUnknown:
 		return exitExpired
 	}
 	return exitOK
