@@ -431,7 +431,8 @@ func (c *Client) Do(ctx context.Context, req *Request) (*Intent, error) {
 
 // Wait blocks until the intent with the given id reaches a terminal state
 // and returns it like Do does; it does not send anything itself (a Run
-// worker, in this process or another, does). Returns ErrNotFound if no
+// worker, in this process or another, does). A lease on it held by a dead
+// process on this host is ended at once, so a worker can take it over. Returns ErrNotFound if no
 // intent has that id. If ctx ends first, Wait returns ctx's error.
 func (c *Client) Wait(ctx context.Context, id string) (*Intent, error) {
 	if !c.enter() {
@@ -440,6 +441,7 @@ func (c *Client) Wait(ctx context.Context, id string) (*Intent, error) {
 	defer c.wg.Done()
 	for {
 		ch := c.changedCh()
+		c.takeOver(ctx, id) // held by a dead process? then it is due now
 		in, err := c.Get(ctx, id)
 		if err != nil {
 			return nil, err

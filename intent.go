@@ -111,6 +111,15 @@ type Intent struct {
 	// (Config.SendHookFunc). Nil if none (or queued before schema 5).
 	CredentialHeaders []string
 
+	// LeasedUntil is the end of the lease of the process sending the
+	// intent right now (or sleeping between its attempts), zero when no
+	// process holds it; HolderPID and HolderHost name that process (its
+	// hostname) when it is known. A holder on this host that died is
+	// taken over at once by the next Run, Drain, Do or Wait.
+	LeasedUntil time.Time
+	HolderPID   int
+	HolderHost  string
+
 	// Unanswered is the number of the first attempt whose answer was lost
 	// although it may have reached the server (a timeout, a reset, a
 	// process interrupted or killed mid-attempt; for a pending intent, the

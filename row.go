@@ -3,6 +3,7 @@ package idemkit
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idemkit/internal/wire"
@@ -32,13 +33,14 @@ type row struct {
 	credentialHeaders                 *string
 	leasedUntil                       *string
 	unanswered                        *int64
+	leaseOwner                        *string
 }
 
 // rowColumns lists the columns scanned into a row, in scan order.
 const rowColumns = `id, key, state, method, url, host, header, body, fingerprint, attempts,
 	next_attempt_at, first_attempt_at, horizon, lease_token, outcome_status, outcome_header,
 	outcome_body, outcome_replayed, outcome_key_reused, last_error, created_at, updated_at, instance,
-	credential_headers, leased_until,
+	credential_headers, leased_until, lease_owner,
 	(SELECT MIN(a.n) FROM idemkit_attempts a WHERE a.intent_id = idemkit_intents.id AND a.status IS NULL AND a.not_sent = 0)`
 
 type scanner interface{ Scan(dest ...any) error }
@@ -48,7 +50,7 @@ func scanRow(s scanner) (*row, error) {
 	err := s.Scan(&r.id, &r.key, &r.state, &r.method, &r.url, &r.host, &r.header, &r.body, &r.fp,
 		&r.attempts, &r.nextAttemptAt, &r.firstAttemptAt, &r.horizon, &r.leaseToken, &r.outcomeStatus,
 		&r.outcomeHeader, &r.outcomeBody, &r.outcomeReplayed, &r.outcomeKeyReused, &r.lastError, &r.createdAt, &r.updatedAt, &r.instance,
-		&r.credentialHeaders, &r.leasedUntil, &r.unanswered)
+		&r.credentialHeaders, &r.leasedUntil, &r.leaseOwner, &r.unanswered)
 	return r, err
 }
 
@@ -125,6 +127,15 @@ func decodeIntent(r *row) (*Intent, error) {
 	}
 	if leasedUntil.After(in.NextAttemptAt) {
 		in.NextAttemptAt = leasedUntil // held: due when the lease ends
+	}
+	if in.State == StatePending {
+		in.LeasedUntil = leasedUntil
+		if r.leaseOwner != nil && !leasedUntil.IsZero() {
+			if o, err := parseLeaseOwner(*r.leaseOwner); err == nil {
+				in.HolderPID = o.pid
+				in.HolderHost, _, _ = strings.Cut(o.host, "@") // the hostname, without boot id and pid namespace
+			}
+		}
 	}
 	if r.outcomeStatus != nil {
 		st := *r.outcomeStatus

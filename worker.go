@@ -208,7 +208,7 @@ func (c *Client) idle(ctx context.Context) {
 func (c *Client) ended(in *Intent) {
 	c.forget(in.ID)
 	c.broadcast()
-	c.log.Info("idemkit: intent ended", "intent", in.ID, "key", in.Key, "state", in.State,
+	c.log.Info("idemkit: intent ended", "intent", logID(in.ID, in.Key), "state", in.State,
 		"attempts", in.Attempts, "error", in.LastError)
 	e := Event{Kind: EventEnded, IntentID: in.ID, Key: in.Key, URL: redact(in.URL), Attempt: in.Attempts,
 		State: in.State, Reason: in.LastError}

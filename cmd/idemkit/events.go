@@ -181,9 +181,14 @@ func (t *tracker) warn(msg string, a map[string]slog.Value) {
 // trackHandler is a slog.Handler that hands every record to a tracker.
 type trackHandler struct{ t *tracker }
 
-func (h *trackHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h *trackHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
 
+// Handle prints WARN and above, and at INFO the takeover of a dead
+// process's intents (the user should know why an attempt starts at once).
 func (h *trackHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Level < slog.LevelWarn && !strings.HasPrefix(r.Message, "idemkit: taking over") {
+		return nil
+	}
 	a := make(map[string]slog.Value, r.NumAttrs())
 	r.Attrs(func(at slog.Attr) bool {
 		a[at.Key] = at.Value.Resolve()

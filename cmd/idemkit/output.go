@@ -30,10 +30,17 @@ type intentJSON struct {
 	Method         string     `json:"method"`
 	URL            string     `json:"url"`
 	FirstAttemptAt *time.Time `json:"first_attempt_at,omitempty"`
-	Horizon        *time.Time `json:"horizon,omitempty"`
-	CreatedAt      time.Time  `json:"created_at"`
-	UpdatedAt      time.Time  `json:"updated_at"`
-	Header         any        `json:"header,omitempty"`
+	// LeasedUntil, HolderPID and HolderHost name the process holding the
+	// intent's lease, while one does.
+	LeasedUntil *time.Time `json:"leased_until,omitempty"`
+	HolderPID   int        `json:"holder_pid,omitempty"`
+	HolderHost  string     `json:"holder_host,omitempty"`
+	// Unanswered is the first attempt whose answer was lost, if any.
+	Unanswered int        `json:"unanswered_attempt,omitempty"`
+	Horizon    *time.Time `json:"horizon,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	Header     any        `json:"header,omitempty"`
 	// CredentialHeaders names the credential headers the request had
 	// (never their values: they are not stored).
 	CredentialHeaders []string      `json:"credential_headers,omitempty"`
@@ -84,6 +91,7 @@ func toJSON(in *idemkit.Intent) *intentJSON {
 		ID: in.ID, Key: in.Key, State: string(in.State), Method: in.Method, URL: in.URL,
 		Attempts: in.Attempts, CreatedAt: in.CreatedAt.UTC(), UpdatedAt: in.UpdatedAt.UTC(), LastError: in.LastError,
 		FirstAttemptAt: timePtr(in.FirstAttemptAt), Horizon: timePtr(in.Horizon),
+		LeasedUntil: timePtr(in.LeasedUntil), HolderPID: in.HolderPID, HolderHost: in.HolderHost, Unanswered: in.Unanswered,
 	}
 	if in.State == idemkit.StatePending {
 		j.NextAttemptAt = timePtr(in.NextAttemptAt)
@@ -219,6 +227,14 @@ func resultCode(in *idemkit.Intent) int {
 		return exitExpired
 	}
 	return exitOK
+}
+
+// holder names the process holding an intent's lease: "pid 4242 on host".
+func holder(in *idemkit.Intent) string {
+	if in.HolderPID == 0 {
+		return "a process not named (an older client)"
+	}
+	return fmt.Sprintf("pid %d on %s", in.HolderPID, in.HolderHost)
 }
 
 // shortID is the last 8 characters of an id, enough for show and cancel.

@@ -8,7 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -174,4 +177,45 @@ func TestDo_SecondSIGINTStillPrintsTheHint(t *testing.T) {
 	hint := resumeCommand(t, out)
 	require.Contains(t, hint, "--queue "+queue)
 	require.Equal(t, 1, strings.Count(out, "idemkit run --queue"), "printed once:\n%s", out)
+}
+
+// TestShow_NamesHolderAndRunTakesOverAKilledDo: while do sends, show names
+// the lease holder (pid, host); do is SIGKILLed mid-request; run takes its
+// intent over at once (not after the lease), says so, and the payment is
+// made once.
+func TestShow_NamesHolderAndRunTakesOverAKilledDo(t *testing.T) {
+	t.Parallel()
+	api := newPayAPI(t, 2*time.Second)
+	queue := filepath.Join(t.TempDir(), "q.db")
+	vars := binEnv(t)
+	cmd := exec.Command(idemkitBin(t), "do", "--queue", queue, "--url", api.URL+"/v1/payments",
+		"-H", "Authorization: Bearer acct_killed", "--key", "k-killed", "--data", usd40)
+	cmd.Env = vars
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case <-api.started:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+		t.Fatal("the payment never started")
+	}
+	r := runBin(t, vars, "", "show", "--queue", queue, "k-killed")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	require.Regexp(t, `Leased by:\s+pid `+strconv.Itoa(cmd.Process.Pid)+` on `+regexp.QuoteMeta(host)+` until `, r.stdout)
+	r = runBin(t, vars, "", "show", "--queue", queue, "--json", "k-killed")
+	require.Contains(t, r.stdout, `"holder_pid":`+strconv.Itoa(cmd.Process.Pid))
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	<-exited
+	start := time.Now()
+	r = runBin(t, vars, "", "run", "--queue", queue, "--until-done", "-H", "Authorization: Bearer acct_killed")
+	require.Equal(t, exitOK, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	require.Less(t, time.Since(start), time.Minute, "taken over at once, not after the 2m lease")
+	require.Contains(t, r.stderr, "taking over intent of dead process pid "+strconv.Itoa(cmd.Process.Pid))
+	require.Contains(t, r.stdout, "succeeded 201 Created")
+	require.Equal(t, 1, api.payments(t, "acct_killed"))
 }
