@@ -209,7 +209,7 @@ func newClient(ctx context.Context, db *sql.DB, cfg *Config, busyRetry time.Dura
 	self := currentLeaseOwner()
 	c := &Client{
 		cfg:      cfg,
-		q:        &queue{db: db, busyRetry: busyRetry, owner: self.String()},
+		q:        &queue{db: db, busyRetry: busyRetry, owner: self.String(), perHour: cfg.MaxAttemptsPerHour},
 		self:     self,
 		log:      cfg.Logger,
 		submitCh: make(chan *submitOp),
@@ -219,6 +219,7 @@ func newClient(ctx context.Context, db *sql.DB, cfg *Config, busyRetry time.Dura
 		tries:    map[string]int{},
 	}
 	c.q.skip = c.skipped
+	c.q.keyForm = c.keyForm
 	if cfg.timeNowFunc == nil {
 		base := time.Now()
 		cfg.timeNowFunc = func() time.Time { return base.Add(time.Since(base)) }

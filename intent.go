@@ -132,13 +132,19 @@ type Intent struct {
 
 	// instance is the queue instance that queued it ("" if before 004).
 	instance string
+	// keyForm is how its key travels: "bare", "quoted", or "" (not sent
+	// since schema 007).
+	keyForm string
 }
 
 // Outcome is the definitive response to an intent.
 type Outcome struct {
 	Status int
 	// Header is the response header as stored: the headers of
-	// Config.OutcomeHeaders and the profile's replay markers.
+	// Config.OutcomeHeaders, the profile's replay markers, and
+	// Idempotent-Response-Omitted ("true": the server replayed the status
+	// and headers but had not stored the body, so Body is empty although
+	// the original answer had one).
 	Header http.Header
 	Body   []byte
 	// Replayed is true when the server marked the answer as a replay from

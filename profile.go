@@ -28,12 +28,18 @@ type Profile struct {
 	KeyHeader string
 
 	// KeyQuoted sends the key as an RFC 8941 sf-string ("key"), as the IETF
-	// draft defines the field; false sends it bare. Keys the client mints
-	// (UUIDs) fit both. A caller's key that the encoding cannot carry
-	// unchanged is refused with ErrInvalidRequest, never quoted behind the
-	// caller's back: bare refuses surrounding spaces or tabs, a leading
-	// double quote and a comma; quoted refuses anything but printable
-	// ASCII.
+	// draft defines the field; false sends it bare. Only for a server that
+	// parses the field strictly: most servers (the npm middlewares among
+	// them) store the header value verbatim, quotes included, so a quoted
+	// key and the same key sent bare by another tool (curl, another client)
+	// are two keys there, and the request takes effect twice. No shipped
+	// profile sets it. Keys the client mints (UUIDs) fit both. A caller's
+	// key that the encoding cannot carry unchanged is refused with
+	// ErrInvalidRequest, never quoted behind the caller's back: bare refuses
+	// surrounding spaces or tabs, a leading double quote and a comma; quoted
+	// refuses anything but printable ASCII. The form is fixed per intent at
+	// its first attempt: changing this field never changes the bytes of a
+	// key already sent.
 	KeyQuoted bool
 
 	// KeyMaxLen is the longest key, in bytes, at most 255. Defaults to 255.
@@ -136,7 +142,6 @@ func KnownProfile(name string) (Profile, bool) {
 	case "ietf":
 		p = Profile{
 			Name:          "ietf",
-			KeyQuoted:     true,
 			ReplayHeaders: replaySpellings,
 			Retry:         []Answer{{Status: http.StatusConflict}},
 			KeyReused:     []Answer{{Status: http.StatusUnprocessableEntity}, {Status: http.StatusExpectationFailed}},
@@ -206,16 +211,16 @@ func (p *Profile) validate(where string) error {
 	return nil
 }
 
-// checkKey reports whether key k can be sent in p's encoding unchanged,
-// with an error saying why not.
-func (p *Profile) checkKey(k string) error {
+// checkKey reports whether key k can be sent unchanged, quoted (an RFC
+// 8941 sf-string) or bare, with an error saying why not.
+func (p *Profile) checkKey(k string, quoted bool) error {
 	if len(k) > p.KeyMaxLen {
 		return invalidf("key is %d bytes; profile %s allows 1 to %d", len(k), p.Name, p.KeyMaxLen)
 	}
 	if err := validateKey(k); err != nil {
 		return err
 	}
-	if p.KeyQuoted {
+	if quoted {
 		if _, ok := wire.QuoteString(k); !ok {
 			return invalidf("key %q: profile %s sends keys as RFC 8941 strings, which carry printable ASCII only", k, p.Name)
 		}
@@ -227,10 +232,10 @@ func (p *Profile) checkKey(k string) error {
 	return nil
 }
 
-// keyValue is the field value that carries k in p's encoding (k passed
+// keyValue is the field value that carries k, quoted or bare (k passed
 // checkKey).
-func (p *Profile) keyValue(k string) string {
-	if !p.KeyQuoted {
+func (p *Profile) keyValue(k string, quoted bool) string {
+	if !quoted {
 		return k
 	}
 	v, _ := wire.QuoteString(k)

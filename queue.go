@@ -41,6 +41,11 @@ type queue struct {
 	// owner is this process's lease owner (see leaseOwner), written with
 	// every lease it takes or renews.
 	owner string
+	// perHour is Config.MaxAttemptsPerHour, checked by every claim.
+	perHour int
+	// keyForm returns how a claimed intent's key travels if none is
+	// recorded yet ("bare" or "quoted"); nil: bare.
+	keyForm func(in *Intent) string
 	// self is this client's instance, "host|path", written with every
 	// intent it queues; origin is the instance the queue recorded first
 	// (see instance.go).
@@ -240,13 +245,14 @@ const (
 	sqlClaim = `UPDATE idemkit_intents SET
 		lease_token = lease_token + 1,
 		lease_owner = ?5,
+		key_form = COALESCE(key_form, ?6),
 		attempts = attempts + 1,
 		first_attempt_at = COALESCE(first_attempt_at, ?1),
 		horizon = CASE WHEN horizon IS NULL OR horizon > ?2 THEN ?2 ELSE horizon END,
 		leased_until = ?3,
 		updated_at = ?1
 	WHERE id = ?4 AND state = 'pending'
-	RETURNING lease_token, attempts, first_attempt_at, horizon`
+	RETURNING lease_token, attempts, first_attempt_at, horizon, key_form`
 
 	// sqlStartAttempt is sqlClaim for a retry within the same lease.
 	sqlStartAttempt = `UPDATE idemkit_intents SET
@@ -283,6 +289,11 @@ const (
 	WHERE id = ?2 AND state = 'pending'`
 
 	sqlQuarantine = `UPDATE idemkit_intents SET next_attempt_at = ? WHERE id = ?`
+
+	// sqlOverBudget holds an intent whose attempt budget is spent until
+	// ?1, saying why in its last error.
+	sqlOverBudget = `UPDATE idemkit_intents SET next_attempt_at = ?1, updated_at = ?2, last_error = ?3
+	WHERE id = ?4 AND state = 'pending'`
 
 	sqlNthLastAttempt = `SELECT started_at FROM idemkit_attempts WHERE intent_id = ? ORDER BY n DESC LIMIT 1 OFFSET ?`
 
@@ -407,18 +418,35 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 				return err
 			}
 		}
-		var sr *sql.Row
-		if id == "" {
-			sr = ex.QueryRowContext(ctx, sqlSelectDue, wire.FormatTime(now), q.origin, q.self, q.skipped())
-		} else {
-			sr = ex.QueryRowContext(ctx, sqlSelectDueID, id, wire.FormatTime(now))
-		}
-		r, err := scanRow(sr)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
+		var r *row
+		for tries := 0; ; tries++ {
+			var sr *sql.Row
+			if id == "" {
+				sr = ex.QueryRowContext(ctx, sqlSelectDue, wire.FormatTime(now), q.origin, q.self, q.skipped())
+			} else {
+				sr = ex.QueryRowContext(ctx, sqlSelectDueID, id, wire.FormatTime(now))
+			}
+			var err error
+			r, err = scanRow(sr)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			// The attempt budget, checked when the attempt would start: a
+			// process that dies mid-attempt, over and over, never gets to
+			// check it after an answer.
+			held, err := q.overBudget(ctx, ex, r, now)
+			if err != nil {
+				return err
+			}
+			if !held {
+				break
+			}
+			if id != "" || tries >= 16 {
+				return nil // held: not due now
+			}
 		}
 		in, err := decodeIntent(r)
 		if err == nil {
@@ -456,8 +484,12 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 		}
 		var first, stored string
 		c := &claimed{lease: lease{id: in.ID}, in: in, hz: hz}
-		if err := ex.QueryRowContext(ctx, sqlClaim, ts, wire.FormatTime(horizon), wire.FormatTime(now.Add(leaseFor)), in.ID, q.owner).
-			Scan(&c.token, &c.attempt, &first, &stored); err != nil {
+		form := "bare"
+		if q.keyForm != nil {
+			form = q.keyForm(in)
+		}
+		if err := ex.QueryRowContext(ctx, sqlClaim, ts, wire.FormatTime(horizon), wire.FormatTime(now.Add(leaseFor)), in.ID, q.owner, form).
+			Scan(&c.token, &c.attempt, &first, &stored, &in.keyForm); err != nil {
 			return err
 		}
 		if _, err := ex.ExecContext(ctx, sqlInsertAttempt, in.ID, c.attempt, c.token, ts); err != nil {
@@ -477,6 +509,38 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 		return nil, decodeErr
 	}
 	return out, nil
+}
+
+// overBudget holds the intent of row r, due at now, when Config.MaxAttemptsPerHour
+// attempts of it started within the last hour: it is made due when the
+// oldest of them is an hour old, and its last error says why it waits.
+func (q *queue) overBudget(ctx context.Context, ex execer, r *row, now time.Time) (bool, error) {
+	if q.perHour <= 0 {
+		return false, nil
+	}
+	var s string
+	err := ex.QueryRowContext(ctx, sqlNthLastAttempt, r.id, q.perHour-1).Scan(&s)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	oldest, err := wire.ParseTime(s)
+	if err != nil || !oldest.Add(time.Hour).After(now) {
+		return false, nil // a damaged time is left to decodeIntent's checks
+	}
+	due := oldest.Add(time.Hour)
+	msg := fmt.Sprintf("waiting until %s: %d attempts started in the last hour (Config.MaxAttemptsPerHour)", wire.FormatTime(due), q.perHour)
+	before := r.lastError
+	if strings.HasPrefix(before, "waiting until ") {
+		_, before, _ = strings.Cut(before, "; before: ")
+	}
+	if before != "" {
+		msg += "; before: " + before
+	}
+	_, err = ex.ExecContext(ctx, sqlOverBudget, wire.FormatTime(due), wire.FormatTime(now), msg, r.id)
+	return err == nil, err
 }
 
 // startAttempt starts a retry within a lease already held: it fails with

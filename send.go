@@ -145,7 +145,7 @@ func (c *Client) send(ctx context.Context, cl *claimed, yield bool) (*Intent, er
 // header. Queued under another configuration, the key may not fit the
 // profile this process has for the host: it is never sent altered.
 func (s *sending) request(ctx context.Context) (*http.Request, error) {
-	if err := s.prof.checkKey(s.in.Key); err != nil {
+	if err := s.prof.checkKey(s.in.Key, s.in.keyForm == "quoted"); err != nil {
 		return nil, err
 	}
 	var body io.Reader // nil, not an empty reader: no chunked encoding for an empty body
@@ -163,7 +163,7 @@ func (s *sending) request(ctx context.Context) (*http.Request, error) {
 	for k, v := range s.c.credsFor(s.in.ID) {
 		r.Header[k] = v
 	}
-	r.Header.Set(s.prof.KeyHeader, s.prof.keyValue(s.in.Key))
+	r.Header.Set(s.prof.KeyHeader, s.prof.keyValue(s.in.Key, s.in.keyForm == "quoted"))
 	return r, nil
 }
 
@@ -419,4 +419,17 @@ func hostOf(raw string) string {
 		return ""
 	}
 	return strings.ToLower(u.Scheme + "://" + u.Host)
+}
+
+// keyForm is how the key of intent in travels, recorded at its first claim
+// since schema 007 and never changed after: quoted if its host's profile
+// sets KeyQuoted, or if it was attempted before under the "ietf" profile
+// (which quoted keys until then: its server has seen the quoted form), bare
+// otherwise.
+func (c *Client) keyForm(in *Intent) string {
+	p := c.cfg.profileFor(in.URL)
+	if p.KeyQuoted || (in.Attempts > 0 && p.Name == "ietf") {
+		return "quoted"
+	}
+	return "bare"
 }

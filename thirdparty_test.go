@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -264,4 +265,97 @@ func TestUnknown_RefusedConnectionIsNotALostAnswer(t *testing.T) {
 	got, err := c2.Wait(testCtx(t), in.ID)
 	require.ErrorIs(t, err, StateFailed)
 	require.Equal(t, http.StatusUnauthorized, got.Outcome.Status)
+}
+
+// curlPay sends a payment the way another tool would: the key bare.
+func curlPay(t *testing.T, s *bareServer, key, body string) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(testCtx(t), http.MethodPost, s.srv.URL+"/pay", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Authorization", "Bearer ok")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestIETF_KeyIsOneKeyAtAVerbatimServer: a server that stores the key
+// header's value verbatim (as the npm middlewares do) sees the key the
+// "ietf" profile sends and the same key sent bare by another tool as one
+// key: the same key held by curl, the same key with another body, the same
+// key with the same body: one payment each time, and a true final state.
+func TestIETF_KeyIsOneKeyAtAVerbatimServer(t *testing.T) {
+	t.Parallel()
+	ietf, _ := KnownProfile("ietf")
+	client := func(t *testing.T) *Client {
+		cfg := testConfig()
+		cfg.Profile = &ietf
+		cfg.SendHookFunc = okAuth
+		cfg.Logger = discardLogger()
+		return setup(t, cfg, nil).c
+	}
+	t.Run("held by curl", func(t *testing.T) {
+		t.Parallel()
+		s := newBareServer(t)
+		s.holdAll = true
+		s.releaseOnFirstConflict()
+		done := make(chan int, 1)
+		go func() { done <- curlPay(t, s, "K-held", `{"amount":4000}`) }()
+		<-s.started
+		in, err := client(t).Do(testCtx(t), &Request{URL: s.srv.URL + "/pay", Key: "K-held", Body: []byte(`{"amount":4000}`)})
+		require.NoError(t, err)
+		require.Equal(t, StateSucceeded, in.State, "the 409 is in flight (ietf), then the stored answer")
+		require.Equal(t, http.StatusCreated, <-done)
+		require.EqualValues(t, 1, s.payments.Load())
+	})
+	t.Run("other body", func(t *testing.T) {
+		t.Parallel()
+		s := newBareServer(t)
+		require.Equal(t, http.StatusCreated, curlPay(t, s, "K-other", `{"amount":4000}`))
+		_, err := client(t).Do(testCtx(t), &Request{URL: s.srv.URL + "/pay", Key: "K-other", Body: []byte(`{"amount":9999}`)})
+		require.ErrorIs(t, err, ErrKeyReused, "the 9999 charge is refused as key reuse")
+		require.EqualValues(t, 1, s.payments.Load())
+	})
+	t.Run("same body", func(t *testing.T) {
+		t.Parallel()
+		s := newBareServer(t)
+		require.Equal(t, http.StatusCreated, curlPay(t, s, "K-same", `{"amount":4000}`))
+		in, err := client(t).Do(testCtx(t), &Request{URL: s.srv.URL + "/pay", Key: "K-same", Body: []byte(`{"amount":4000}`)})
+		require.NoError(t, err)
+		require.Equal(t, StateSucceeded, in.State)
+		require.EqualValues(t, 1, s.payments.Load())
+	})
+}
+
+// TestIETF_IntentSentQuotedBeforeKeepsItsQuotes: an intent whose earlier
+// attempts went out quoted (the "ietf" profile before the change) keeps
+// the quoted form, so a verbatim server sees the same key on the retry; a
+// new intent goes out bare, and its form is recorded.
+func TestIETF_IntentSentQuotedBeforeKeepsItsQuotes(t *testing.T) {
+	t.Parallel()
+	ietf, _ := KnownProfile("ietf")
+	cfg := testConfig()
+	cfg.Profile = &ietf
+	cfg.Logger = discardLogger()
+	var mu sync.Mutex
+	var raw []string
+	b := setup(t, cfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		raw = append(raw, r.Header.Get("Idempotency-Key"))
+		mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+	}))
+	old, err := b.c.Submit(testCtx(t), &Request{URL: b.srv.URL, Key: "legacy"})
+	require.NoError(t, err)
+	// As a client of schema 6 left it: attempted once, its form not recorded.
+	_, err = rawDB(t, b.path).Exec(`UPDATE idemkit_intents SET attempts = 1, key_form = NULL WHERE id = ?`, old.ID)
+	require.NoError(t, err)
+	_, err = b.c.Submit(testCtx(t), &Request{URL: b.srv.URL, Key: "fresh"})
+	require.NoError(t, err)
+	_, err = b.c.Drain(testCtx(t))
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	require.ElementsMatch(t, []string{`"legacy"`, "fresh"}, raw)
 }

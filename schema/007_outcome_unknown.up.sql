@@ -1,3 +1,5 @@
+-- The state "unknown", and the key's form on the wire (key_form).
+--
 -- The state "unknown": an answer that says nothing about the request (a
 -- 401, a proxy's error page, a 409 nobody can classify) came after an
 -- attempt whose answer was lost. The effect may have happened: the intent
@@ -30,7 +32,12 @@ CREATE TABLE idemkit_intents_007 (
     outcome_key_reused INTEGER NOT NULL DEFAULT 0,
     instance           TEXT,
     credential_headers TEXT,
-    leased_until       TEXT
+    leased_until       TEXT,
+    -- How the key travels in its header ('bare' or 'quoted', an RFC 8941
+    -- sf-string), fixed at the first attempt of this schema: every later
+    -- attempt sends the same bytes, so a server that stores the header
+    -- value verbatim sees one key. NULL: not sent since 007.
+    key_form           TEXT    CHECK (key_form IN ('bare', 'quoted'))
 ) STRICT;
 
 INSERT INTO idemkit_intents_007 (id, key, state, method, url, host, header, body, fingerprint, attempts,
