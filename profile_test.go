@@ -423,3 +423,35 @@ func TestClassify(t *testing.T) {
 		require.Equal(t, tc.want, got.verdict, tc.name)
 	}
 }
+
+// TestProfile_ProvidersMoved: the profiles follow the providers' current
+// pages: Stripe v2 keeps keys 30 days; Checkout.com answers a duplicate in
+// flight with 409 (it was 429: both wait at least 30 s) and replays a
+// processed one with 202 (a success); Adyen keeps keys 31 days.
+func TestProfile_ProvidersMoved(t *testing.T) {
+	t.Parallel()
+	v2 := mustProfile(t, "stripe-v2")
+	require.Equal(t, 30*24*time.Hour, v2.Window)
+	require.Equal(t, "Idempotency-Key", v2.KeyHeader)
+	require.Equal(t, 31*24*time.Hour, mustProfile(t, "adyen").Window)
+	require.Equal(t, 24*time.Hour, mustProfile(t, "stripe").Window)
+
+	s := newScripted(t, "Cko-Idempotency-Key",
+		answer(http.StatusConflict, ""),
+		answer(http.StatusAccepted, `{"id":"pay_1","status":"Authorized"}`, "Content-Type", "application/json"))
+	cfg := testConfig()
+	cfg.MaxSleep = time.Second // persist the 30 s wait instead of sleeping it
+	c := dialectClient(t, s, "checkout", cfg)
+	in, err := c.Do(shortCtx(t, time.Second), &Request{URL: s.srv.URL + "/payments"})
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the 409 is in flight, not a failure")
+	require.Equal(t, StatePending, in.State)
+	log, err := c.Attempts(testCtx(t), in.ID)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, in.NextAttemptAt.Sub(log[0].StartedAt), 30*time.Second-time.Millisecond)
+	// Due now: the duplicate of the processed payment is 202, a success.
+	_, err = c.q.db.Exec(`UPDATE idemkit_intents SET next_attempt_at = '2000-01-01T00:00:00.000Z' WHERE id = ?`, in.ID)
+	require.NoError(t, err)
+	got, err := c.Drain(testCtx(t))
+	require.NoError(t, err)
+	require.Equal(t, 1, got[StateSucceeded], "%v", got)
+}

@@ -149,7 +149,7 @@ type sendFlags struct {
 }
 
 // profileNames are the names KnownProfile knows.
-var profileNames = []string{"idemkit", "ietf", "stripe", "adyen", "checkout", "paypal"}
+var profileNames = []string{"idemkit", "ietf", "stripe", "stripe-v2", "adyen", "checkout", "paypal"}
 
 func (f *sendFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 0, "stop after this long (0: no limit); work left stays queued (exit 2)")
