@@ -78,6 +78,10 @@ type Client struct {
 
 	credMu sync.Mutex
 	creds  map[string]http.Header // intent id -> credential headers, memory only
+
+	progMu   sync.Mutex
+	progAt   time.Time           // when EventProgress was last considered
+	progLast map[IntentState]int // the counts it last sent
 }
 
 // Open opens or creates the queue file at path (created 0600, and so are

@@ -37,8 +37,10 @@ func (c *Client) Drain(ctx context.Context) (map[IntentState]int, error) {
 	for {
 		ch := c.changedCh()
 		c.takeOver(ctx, "") // a holder that died meanwhile
+		c.progress(ctx, false)
 		idle, derr := c.drained(ctx)
 		if derr == nil && idle {
+			c.progress(ctx, true)
 			break
 		}
 		t := time.NewTimer(c.cfg.pollInterval)

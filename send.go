@@ -203,6 +203,7 @@ func (s *sending) classify(ctx context.Context, now time.Time, resp *http.Respon
 	a.replayed = dec.replayed
 	s.c.emit(Event{Kind: EventAnswered, IntentID: s.in.ID, Key: s.in.Key, URL: redact(s.in.URL), Attempt: s.n,
 		Status: resp.StatusCode, Replayed: dec.replayed, At: now})
+	s.c.hostBack(s.host, now) // any answer: the host is up
 	if st := resp.StatusCode; st < 500 && st != http.StatusTooManyRequests {
 		// The host answers: those waiting for it need not.
 		s.c.wakeHost(context.WithoutCancel(ctx), s.host, s.in.ID, now)
@@ -251,6 +252,11 @@ func (s *sending) schedule(ctx context.Context, now time.Time, resp *http.Respon
 	persist = ok && (s.lastTry || next.Sub(now) > c.cfg.MaxSleep || (unanswered && next.Sub(now) > probeInterval) ||
 		(s.yield && c.othersDue(ctx, next)))
 	if ok && unanswered {
+		c.hostDown(s.host, s.lastErr, now)
+		if !next.After(now.Add(probeInterval)) {
+			c.emit(Event{Kind: EventProbing, IntentID: s.in.ID, Key: s.in.Key, URL: redact(s.in.URL), Host: s.host,
+				Attempt: s.n, Next: next, Wait: next.Sub(now), Reason: s.lastErr, At: now})
+		}
 		c.probes.planned(s.host, s.in.ID, now, next, persist)
 		if handoff || (probe && next.After(now.Add(probeInterval))) {
 			// Its attempt budget is spent: another intent probes.

@@ -168,6 +168,7 @@ func (c *Client) Run(ctx context.Context) error {
 			_ = c.sleepUntil(ctx, now.Add(c.cfg.pollInterval), nil)
 			continue
 		case cl == nil:
+			c.progress(ctx, false)
 			c.idle(ctx)
 			continue
 		case cl.expired:
@@ -182,6 +183,7 @@ func (c *Client) Run(ctx context.Context) error {
 			if _, err := c.send(ctx, cl, true); err != nil && !errors.Is(err, errLeaseLost) && ctx.Err() == nil {
 				c.log.Warn("idemkit: drive failed", "intent", cl.in.ID, "error", err)
 			}
+			c.progress(ctx, false)
 		}()
 	}
 }
