@@ -247,6 +247,12 @@ func newClient(ctx context.Context, db *sql.DB, cfg *Config, busyRetry time.Dura
 	if err := c.q.locate(ctx, cmp.Or(cfg.instanceHost, hostID()), file, c.now()); err != nil {
 		return nil, fmt.Errorf("idemkit: record where the queue lives: %w", err)
 	}
+	if held, inFile, onDisk, err := c.q.checkRestored(ctx, file, wireNow(c.now())); err != nil {
+		return nil, fmt.Errorf("idemkit: check the queue's generation: %w", err)
+	} else if onDisk > inFile {
+		c.log.Warn("idemkit: the queue file is older than its last use here (restored from a backup?): its intents never attempted are not sent unless adopted (Client.Adopt); they may have been sent after the backup was taken",
+			"generation", inFile, "last_seen", onDisk, "held", held)
+	}
 	if c.q.origin != c.q.self {
 		n, _ := c.q.countForeign(ctx)
 		c.log.Warn("idemkit: the queue file was first opened elsewhere (copied or moved?): its pending intents are not sent from here unless adopted (Client.Adopt)",

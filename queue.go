@@ -43,6 +43,8 @@ type queue struct {
 	owner string
 	// perHour is Config.MaxAttemptsPerHour, checked by every claim.
 	perHour int
+	// genPath is the -generation file next to the queue (generation.go).
+	genPath string
 	// keyForm returns how a claimed intent's key travels if none is
 	// recorded yet ("bare" or "quoted"); nil: bare.
 	keyForm func(in *Intent) string
@@ -411,7 +413,9 @@ func (q *queue) insertClaim(ctx context.Context, p *prepared, id string, now tim
 func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (string, error), now time.Time, leaseFor time.Duration, plan planFunc) (*claimed, error) {
 	var out *claimed
 	var decodeErr error
+	var gen int64 // the generation a first attempt took
 	err := q.inTx(ctx, func(ex execer) error {
+		gen = 0
 		if insert != nil {
 			var err error
 			if id, err = insert(ex); err != nil {
@@ -495,6 +499,11 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 		if _, err := ex.ExecContext(ctx, sqlInsertAttempt, in.ID, c.attempt, c.token, ts); err != nil {
 			return err
 		}
+		if in.FirstAttemptAt.IsZero() {
+			if gen, err = bumpGeneration(ctx, ex); err != nil {
+				return err
+			}
+		}
 		in.Attempts = c.attempt
 		in.FirstAttemptAt, _ = wire.ParseTime(first)
 		in.Horizon, _ = wire.ParseTime(stored)
@@ -504,6 +513,9 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 	})
 	if err != nil {
 		return nil, err
+	}
+	if gen > 0 {
+		q.noteGeneration(gen) // before the first byte is sent
 	}
 	if decodeErr != nil {
 		return nil, decodeErr

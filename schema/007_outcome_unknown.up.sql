@@ -72,6 +72,12 @@ BEGIN
     SELECT RAISE(ABORT, 'idemkit: the intent is leased (leased_until): a client older than queue schema 6 cannot claim it; upgrade it');
 END;
 
+-- The queue's generation: +1 at every first attempt of an intent. The
+-- client also writes it to a file next to the queue (<queue>-generation);
+-- a queue file whose generation is behind that file's was restored from an
+-- older copy (see instance.go).
+ALTER TABLE idemkit_instance ADD COLUMN generation INTEGER NOT NULL DEFAULT 0;
+
 -- Whether an attempt is known never to have left this process (the
 -- connection was refused, a send hook refused it, the client closed before
 -- sending): its missing answer hides nothing. Other attempts without a
