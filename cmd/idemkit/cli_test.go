@@ -410,7 +410,7 @@ func TestDo_ProfileChoosesTheDialect(t *testing.T) {
 
 	code, _, errOut = cli(t, ctx, "", "do", "--queue", queue, "--url", srv.URL, "--key", "k3", "--profile", "nope")
 	require.Equal(t, exitError, code)
-	require.Contains(t, errOut, `unknown profile "nope": want one of idemkit, ietf, stripe, adyen, checkout, paypal`)
+	require.Contains(t, errOut, `unknown profile "nope": want one of idemkit, ietf, stripe, stripe-v2, adyen, checkout, paypal`)
 }
 
 // TestRun_ResumeHintNamesQueuedCredentials: a run stopped with work left

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -75,12 +76,27 @@ func placeholder(name, value string) string {
 	switch {
 	case strings.Contains(value, "…"), value == "...", strings.HasSuffix(value, " ..."):
 		return fmt.Sprintf("%q is a placeholder", value)
-	case strings.HasPrefix(value, "$"):
-		return fmt.Sprintf("%q is an environment variable the shell did not expand", value)
+	case unexpanded(value):
+		return fmt.Sprintf("%q holds an environment variable the shell did not expand", value)
 	case value == "" && isCredential(name):
 		return "the value is empty (is the environment variable set?)"
 	}
 	return ""
+}
+
+// unexpandedVar is a shell variable reference left as text ($NAME, ${NAME}).
+var unexpandedVar = regexp.MustCompile(`^\$\{?[A-Za-z_][A-Za-z0-9_]*\}?$`)
+
+// unexpanded reports whether a word of value is a shell variable reference
+// left as text (the hint pasted in single quotes, or into a shell that
+// does not expand it).
+func unexpanded(value string) bool {
+	for _, w := range strings.Fields(value) {
+		if unexpandedVar.MatchString(w) {
+			return true
+		}
+	}
+	return false
 }
 
 // isCredential reports whether the header is one of credentialNames.

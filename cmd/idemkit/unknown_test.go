@@ -219,3 +219,21 @@ func TestShow_NamesHolderAndRunTakesOverAKilledDo(t *testing.T) {
 	require.Contains(t, r.stdout, "succeeded 201 Created")
 	require.Equal(t, 1, api.payments(t, "acct_killed"))
 }
+
+// TestHeaders_PlaceholdersAreRefused: a header value that is a hint's
+// placeholder, an unexpanded variable or an empty credential is refused
+// before anything is sent (exit 1); ordinary values pass.
+func TestHeaders_PlaceholdersAreRefused(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{"Authorization: …", "Authorization: Bearer …", "Authorization: ...", "Authorization: $IDEMKIT_AUTHORIZATION",
+		"Authorization: Bearer ${TOKEN}", "Authorization:", "Cookie: ", "X-Api-Key: …"} {
+		_, err := parseHeaders([]string{bad})
+		require.Error(t, err, bad)
+		require.Equal(t, exitError, exitCode(err), bad)
+		require.Contains(t, err.Error(), "nothing was sent", bad)
+	}
+	for _, good := range []string{"Authorization: Bearer acct_demo", "X-Price: $5", "X-Note:", "Content-Type: application/json"} {
+		_, err := parseHeaders([]string{good})
+		require.NoError(t, err, good)
+	}
+}
