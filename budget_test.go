@@ -2,6 +2,8 @@ package idemkit
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -80,4 +82,49 @@ func mustKeyID(t *testing.T, c *Client, key string) string {
 	}
 	t.Fatalf("no intent with key %q", key)
 	return ""
+}
+
+// TestBudget_SIGKILLLoopSendsAtMostTheBudget is the crash loop with real
+// processes: a child runs Do and is SIGKILLed while its attempt is on the
+// wire, fifteen times; each restart takes the dead child's lease over at
+// once. At most MaxAttemptsPerHour (5) attempts reach the server.
+func TestBudget_SIGKILLLoopSendsAtMostTheBudget(t *testing.T) {
+	t.Parallel()
+	if !takeoverSupported {
+		t.Skip("no liveness check on this OS")
+	}
+	var seen atomic.Int64
+	arrived := make(chan struct{}, 64)
+	b := setup(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // then the server notices the client's death
+		seen.Add(1)
+		arrived <- struct{}{}
+		<-r.Context().Done() // held until the client dies
+	}))
+	db := rawDB(t, b.path)
+	held := func() bool {
+		var next string
+		err := db.QueryRow(`SELECT next_attempt_at FROM idemkit_intents WHERE key = 'sigkill-loop'`).Scan(&next)
+		return err == nil && next > time.Now().Add(30*time.Minute).UTC().Format("2006-01-02T15:04:05.000Z")
+	}
+	for i := range 15 {
+		child := startChild(t, "do", fmt.Sprint("do-", i), b.path, b.srv.URL, childKeyEnv+"=sigkill-loop", childPerHourEnv+"=5", childLeaseEnv+"=60s")
+		poll := time.NewTicker(5 * time.Millisecond)
+	wait:
+		for {
+			select {
+			case <-arrived:
+				break wait
+			case <-poll.C:
+				if held() {
+					break wait
+				}
+			}
+		}
+		poll.Stop()
+		require.NoError(t, child.Process.Kill())
+		_ = child.Wait()
+	}
+	require.EqualValues(t, 5, seen.Load(), "at most the budget reached the server")
+	require.True(t, held(), "the intent waits for the budget")
 }
