@@ -78,6 +78,10 @@ type Client struct {
 
 	credMu sync.Mutex
 	creds  map[string]http.Header // intent id -> credential headers, memory only
+
+	progMu   sync.Mutex
+	progAt   time.Time           // when EventProgress was last considered
+	progLast map[IntentState]int // the counts it last sent
 }
 
 // Open opens or creates the queue file at path (created 0600, and so are
@@ -209,7 +213,7 @@ func newClient(ctx context.Context, db *sql.DB, cfg *Config, busyRetry time.Dura
 	self := currentLeaseOwner()
 	c := &Client{
 		cfg:      cfg,
-		q:        &queue{db: db, busyRetry: busyRetry, owner: self.String()},
+		q:        &queue{db: db, busyRetry: busyRetry, owner: self.String(), perHour: cfg.MaxAttemptsPerHour},
 		self:     self,
 		log:      cfg.Logger,
 		submitCh: make(chan *submitOp),
@@ -219,6 +223,7 @@ func newClient(ctx context.Context, db *sql.DB, cfg *Config, busyRetry time.Dura
 		tries:    map[string]int{},
 	}
 	c.q.skip = c.skipped
+	c.q.keyForm = c.keyForm
 	if cfg.timeNowFunc == nil {
 		base := time.Now()
 		cfg.timeNowFunc = func() time.Time { return base.Add(time.Since(base)) }
@@ -241,6 +246,12 @@ func newClient(ctx context.Context, db *sql.DB, cfg *Config, busyRetry time.Dura
 	c.q.wal = strings.EqualFold(mode, "wal")
 	if err := c.q.locate(ctx, cmp.Or(cfg.instanceHost, hostID()), file, c.now()); err != nil {
 		return nil, fmt.Errorf("idemkit: record where the queue lives: %w", err)
+	}
+	if held, inFile, onDisk, err := c.q.checkRestored(ctx, file, wireNow(c.now())); err != nil {
+		return nil, fmt.Errorf("idemkit: check the queue's generation: %w", err)
+	} else if onDisk > inFile {
+		c.log.Warn("idemkit: the queue file is older than its last use here (restored from a backup?): its intents never attempted are not sent unless adopted (Client.Adopt); they may have been sent after the backup was taken",
+			"generation", inFile, "last_seen", onDisk, "held", held)
 	}
 	if c.q.origin != c.q.self {
 		n, _ := c.q.countForeign(ctx)
@@ -431,7 +442,8 @@ func (c *Client) Do(ctx context.Context, req *Request) (*Intent, error) {
 
 // Wait blocks until the intent with the given id reaches a terminal state
 // and returns it like Do does; it does not send anything itself (a Run
-// worker, in this process or another, does). Returns ErrNotFound if no
+// worker, in this process or another, does). A lease on it held by a dead
+// process on this host is ended at once, so a worker can take it over. Returns ErrNotFound if no
 // intent has that id. If ctx ends first, Wait returns ctx's error.
 func (c *Client) Wait(ctx context.Context, id string) (*Intent, error) {
 	if !c.enter() {
@@ -440,6 +452,7 @@ func (c *Client) Wait(ctx context.Context, id string) (*Intent, error) {
 	defer c.wg.Done()
 	for {
 		ch := c.changedCh()
+		c.takeOver(ctx, id) // held by a dead process? then it is due now
 		in, err := c.Get(ctx, id)
 		if err != nil {
 			return nil, err
@@ -461,7 +474,7 @@ func result(in *Intent) error {
 	switch in.State {
 	case StateSucceeded, StatePending:
 		return nil
-	case StateExpired, StateCanceled:
+	case StateUnknown, StateExpired, StateCanceled:
 		return resultOf(in, nil)
 	}
 	// Whether an answer meant "key reused" was decided by the profile when

@@ -92,7 +92,8 @@ func (c *Config) checkQuery(u *url.URL) error {
 }
 
 // keptOutcome is o with the allowlisted headers only (and the profile's
-// replay markers and key header). On disk, with Config.OmitOutcomeBody, it
+// replay markers and key header, and Idempotent-Response-Omitted: what the
+// server said about the body is part of the outcome). On disk, with Config.OmitOutcomeBody, it
 // has neither body nor headers: status and replay marker only.
 func (c *Config) keptOutcome(o *Outcome, prof *Profile, onDisk bool) *Outcome {
 	s := *o
@@ -106,7 +107,8 @@ func (c *Config) keptOutcome(o *Outcome, prof *Profile, onDisk bool) *Outcome {
 		if cn == "Set-Cookie" || headerMatches(c.CredentialHeaders, cn) {
 			continue
 		}
-		if headerMatches(c.OutcomeHeaders, cn) || headerMatches(prof.ReplayHeaders, cn) || cn == http.CanonicalHeaderKey(prof.KeyHeader) {
+		if headerMatches(c.OutcomeHeaders, cn) || headerMatches(prof.ReplayHeaders, cn) || cn == http.CanonicalHeaderKey(prof.KeyHeader) ||
+			cn == wire.HeaderOmitted {
 			s.Header[cn] = append([]string(nil), v...)
 		}
 	}

@@ -30,9 +30,23 @@
 //	case err == nil: // in.Outcome.Status is 2xx; in.Outcome.Replayed if an earlier attempt did it
 //	case errors.Is(err, idemkit.ErrKeyReused): // 422: a bug, the key was used for another request
 //	case errors.Is(err, idemkit.StateFailed): // a definitive 4xx: in.Outcome has the answer
+//	case errors.Is(err, idemkit.StateUnknown): // an answer was lost, the next says nothing: reconcile (Client.Resend: same key)
 //	case errors.Is(err, idemkit.StateExpired): // unknown outcome: reconcile, never re-send with a new key
 //	default: // ctx ended or the queue failed: the intent stays queued
 //	}
+//
+// # Outcome unknown
+//
+// An answer speaks for the attempt it answers. When an attempt's answer was
+// lost (a timeout, a reset, a process interrupted or killed mid-request),
+// that attempt may have taken effect; an answer after it that is neither a
+// success nor a replay (a 401 for a bad credential, a 403, a proxy's error
+// page) says nothing about it. The intent then ends [StateUnknown], never
+// [StateFailed]: a failed intent invites a retry under a new key, which
+// would take effect a second time. A 409 no profile explains, after such a
+// loss, is taken as "still in progress" and retried with the same key.
+// [Client.Resend] is the way out: the same key again, and the server
+// replays the lost attempt's result or runs it once.
 //
 // For offline-first agents, [Client.Submit] only persists (concurrent calls
 // share one fsync), [Client.Run] is a worker that sends due intents until

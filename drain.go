@@ -7,7 +7,8 @@ import (
 
 // Drain sends every due intent of this queue (as Run does, with Run's
 // workers) and returns once nothing is left to send soon, or when ctx
-// ends. Nothing is left to send soon when no Run worker of this Client is
+// ends. Intents leased by a process on this host that died are taken over
+// at once (see Config.LeaseDuration), before Drain looks at what is due. Nothing is left to send soon when no Run worker of this Client is
 // busy and every pending intent this process may send is due later than
 // both now plus Config.MaxSleep and ctx's deadline (if it has one): a long
 // Retry-After, a persisted backoff, another process's lease. With no
@@ -26,14 +27,20 @@ func (c *Client) Drain(ctx context.Context) (map[IntentState]int, error) {
 	defer c.wg.Done()
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Leases of dead processes end now, before the first look at what is
+	// due: their intents are due, not held for the rest of the lease.
+	c.takeOver(ctx, "")
 	done := make(chan error, 1)
 	go func() { done <- c.Run(runCtx) }()
 
 	var err error
 	for {
 		ch := c.changedCh()
+		c.takeOver(ctx, "") // a holder that died meanwhile
+		c.progress(ctx, false)
 		idle, derr := c.drained(ctx)
 		if derr == nil && idle {
+			c.progress(ctx, true)
 			break
 		}
 		t := time.NewTimer(c.cfg.pollInterval)

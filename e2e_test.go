@@ -320,8 +320,9 @@ func TestE2E_CrashResumesWithSameKey(t *testing.T) {
 // TestE2E_KeysArriveExactly: under the idemkit profile keys go out bare,
 // and a key that HTTP would mangle bare (surrounding spaces, a leading
 // quote, a comma) is refused before anything is queued, never quoted
-// behind the caller's back; under the IETF profile every key goes out as an
-// RFC 8941 string, and the server sees exactly the client's key.
+// behind the caller's back; under a profile with KeyQuoted (a strict RFC
+// 8941 server) every key goes out as an sf-string, and the server sees
+// exactly the client's key.
 func TestE2E_KeysArriveExactly(t *testing.T) {
 	t.Parallel()
 	s := newE2EServer(t, nil)
@@ -358,6 +359,7 @@ func TestE2E_KeysArriveExactly(t *testing.T) {
 	require.Equal(t, []string{"padded", "ключ-1", `back\slash "q"`}, raw, "sent bare")
 
 	ietf, _ := KnownProfile("ietf")
+	ietf.KeyQuoted = true
 	cfg = testConfig()
 	cfg.SendHookFunc = authHook
 	cfg.Profile = &ietf
@@ -579,4 +581,39 @@ func TestE2E_KeyReused(t *testing.T) {
 		require.Equal(t, StateFailed, stored.State)
 	}
 	require.EqualValues(t, 1, s.effects.Load())
+}
+
+// TestE2E_OmittedBodyMarkerIsKept: the server stored the outcome without
+// its body (over MaxResponseBytes) and replays it with
+// Idempotent-Response-Omitted: true. The outcome keeps that marker, in
+// Do's answer and as stored, so the caller can tell an empty body from an
+// omitted one.
+func TestE2E_OmittedBodyMarkerIsKept(t *testing.T) {
+	t.Parallel()
+	s := newE2EServer(t, &server.Config{MaxResponseBytes: 16})
+	s.mu.Lock()
+	s.answer = func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"charge":1,"receipt":"%s"}`, strings.Repeat("x", 64))
+	}
+	s.mu.Unlock()
+	cfg := testConfig()
+	cfg.SendHookFunc = authHook
+	first := setup(t, cfg, nil)
+	req := charge(s.srv.URL)
+	req.Key = "omitted-body"
+	in, err := first.c.Do(testCtx(t), req)
+	require.NoError(t, err)
+	require.False(t, in.Outcome.Replayed)
+
+	second := setup(t, cfg, nil) // another queue: the server replays
+	in, err = second.c.Do(testCtx(t), req)
+	require.NoError(t, err)
+	require.True(t, in.Outcome.Replayed)
+	require.Empty(t, in.Outcome.Body)
+	require.Equal(t, "true", in.Outcome.Header.Get("Idempotent-Response-Omitted"))
+	stored, err := second.c.Get(testCtx(t), in.ID)
+	require.NoError(t, err)
+	require.Equal(t, "true", stored.Outcome.Header.Get("Idempotent-Response-Omitted"), "kept on disk")
 }

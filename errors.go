@@ -43,6 +43,9 @@ var (
 //     [DefaultCheckRetry] and [Profile]; a reused key also matches
 //     [ErrKeyReused]), or the retry policy gave up on a permanent error.
 //     The intent's Outcome holds the response, if there was one.
+//   - [StateUnknown]: an attempt's answer was lost, and a later answer
+//     (a 401, a proxy's error page, …) says nothing about it: the effect
+//     may have happened. Reconcile; never resend under a new key blindly.
 //   - [StateExpired]: the horizon passed without a definitive answer. The
 //     effect may or may not have happened: the intent needs
 //     reconciliation. It is never re-sent with a new key.
@@ -68,6 +71,8 @@ func (s IntentState) describe() string {
 	switch s {
 	case StateFailed:
 		return "idemkit: request failed"
+	case StateUnknown:
+		return "idemkit: outcome unknown: an attempt's answer was lost and a later answer says nothing about it"
 	case StateExpired:
 		return "idemkit: retry horizon passed without a definitive answer"
 	case StateCanceled:
@@ -162,8 +167,10 @@ func (e *QueueError) ReadOnly() bool { return e.problem == queueReadOnly }
 func (e *QueueError) Corrupt() bool { return e.problem == queueCorrupt }
 
 // Foreign reports a pending intent that was queued by the queue file at
-// another host or path (the file was copied or moved): it is not sent from
-// here unless adopted with [Client.Adopt]. [Client.Do] and [Client.Wait]
+// another host or path (the file was copied or moved), or that was never
+// attempted in a queue file restored in place from an older backup (see
+// Client.Adopt): it is not sent from here unless adopted with
+// [Client.Adopt]. [Client.Do] and [Client.Wait]
 // return it for such an intent, with IntentID, Origin and Here set.
 //
 //	if errors.As(err, &qe) && qe.Foreign() { /* check with the API whether it happened, then c.Adopt(ctx, qe.IntentID) */ }
@@ -183,6 +190,9 @@ func (e *QueueError) Error() string {
 	case queueCorrupt:
 		what = "idemkit: queue file is corrupt"
 	case queueForeign:
+		if strings.Contains(e.Origin, restoredMark) {
+			return fmt.Sprintf("idemkit: intent %s was never attempted in this queue file, but the file is older than its last use here (restored from a backup: %s): it may have been sent after the backup was taken; it is not sent unless adopted with Client.Adopt", e.IntentID, e.Origin)
+		}
 		return fmt.Sprintf("idemkit: intent %s was queued at %s, not here (%s): the queue file was copied or moved; it is not sent from here unless adopted with Client.Adopt", e.IntentID, e.Origin, e.Here)
 	case queueNewer:
 		what = "idemkit: queue file was migrated by a newer version"

@@ -15,12 +15,14 @@ import (
 // A queue knows where it lives. Its first open records the host and the
 // absolute path of the file; every intent records the instance (host and
 // path) that queued it. A copy of the file opened on another host or at
-// another path (a backup restored, a disk image cloned) does not send the
+// another path (a backup restored elsewhere, a disk image cloned) does not send the
 // intents it did not start: they may have been sent already, and the
 // server's window may be over, so sending them again could charge twice.
 // Client.Adopt sends them anyway, on purpose. The host is named by its
 // hostname and machine id: renaming the host, or reaching the file by
-// another path (a bind mount elsewhere), also counts as elsewhere.
+// another path (a bind mount elsewhere), also counts as elsewhere. A backup
+// restored in place (same host, same path) passes this check: the
+// generation counter of generation.go catches it.
 
 // hostID names this host: the hostname and, where there is one, the
 // machine id (which a cloned disk image shares, but a copied file does

@@ -19,6 +19,17 @@ const (
 	// StateFailed: a definitive answer that is not a success: a replayed
 	// error, or a 4xx that is not retried ("key reused" included).
 	StateFailed IntentState = "failed"
+	// StateUnknown: the outcome is unknown. An attempt's answer was lost
+	// (a timeout, a reset connection, a process interrupted or killed while
+	// it waited), and the answer that came later says nothing about it: a
+	// 401 or 403, a 400 or a proxy's error page that never reached the
+	// idempotency layer, any other fresh (not replayed) answer that is not
+	// a success. The first attempt may have taken effect. The intent is
+	// never resent under a new key without an explicit override; reconcile
+	// it with the server (resending under the same key, with working
+	// credentials, gets the server's stored answer). Its Outcome is that
+	// last answer; LastError names the attempt whose answer was lost.
+	StateUnknown IntentState = "unknown"
 	// StateExpired: the horizon passed without a definitive answer. The
 	// outcome is unknown and needs reconciliation.
 	StateExpired IntentState = "expired"
@@ -28,7 +39,7 @@ const (
 
 func (s IntentState) valid() bool {
 	switch s {
-	case StatePending, StateSucceeded, StateFailed, StateExpired, StateCanceled:
+	case StatePending, StateSucceeded, StateFailed, StateUnknown, StateExpired, StateCanceled:
 		return true
 	}
 	return false
@@ -89,7 +100,8 @@ type Intent struct {
 	UpdatedAt time.Time
 
 	// Outcome is the definitive response; nil while pending, and for
-	// expired or canceled intents.
+	// expired or canceled intents. For an intent in StateUnknown it is the
+	// last answer, which says nothing about the effect.
 	Outcome *Outcome
 	// LastError describes the last failed attempt or why the intent ended.
 	LastError string
@@ -99,15 +111,40 @@ type Intent struct {
 	// (Config.SendHookFunc). Nil if none (or queued before schema 5).
 	CredentialHeaders []string
 
+	// LeasedUntil is the end of the lease of the process sending the
+	// intent right now (or sleeping between its attempts), zero when no
+	// process holds it; HolderPID and HolderHost name that process (its
+	// hostname) when it is known. A holder on this host that died is
+	// taken over at once by the next Run, Drain, Do or Wait.
+	LeasedUntil time.Time
+	HolderPID   int
+	HolderHost  string
+
+	// Unanswered is the number of the first attempt whose answer was lost
+	// although it may have reached the server (a timeout, a reset, a
+	// process interrupted or killed mid-attempt; for a pending intent, the
+	// attempt in flight right now counts too), or 0 if none. Attempts known
+	// never to have left (connection refused, a send hook's refusal) do not
+	// count. While it is not 0 a later answer that is not a success or a
+	// replay cannot be trusted to mean "it did not happen": see
+	// StateUnknown.
+	Unanswered int
+
 	// instance is the queue instance that queued it ("" if before 004).
 	instance string
+	// keyForm is how its key travels: "bare", "quoted", or "" (not sent
+	// since schema 007).
+	keyForm string
 }
 
 // Outcome is the definitive response to an intent.
 type Outcome struct {
 	Status int
 	// Header is the response header as stored: the headers of
-	// Config.OutcomeHeaders and the profile's replay markers.
+	// Config.OutcomeHeaders, the profile's replay markers, and
+	// Idempotent-Response-Omitted ("true": the server replayed the status
+	// and headers but had not stored the body, so Body is empty although
+	// the original answer had one).
 	Header http.Header
 	Body   []byte
 	// Replayed is true when the server marked the answer as a replay from
@@ -129,6 +166,10 @@ type Attempt struct {
 	Status     int       // 0 when there was no response
 	Error      string
 	Replayed   bool
+	// NotSent is set when the attempt is known never to have left this
+	// process (the connection was refused, the send hook refused it): its
+	// missing answer hides no effect.
+	NotSent bool
 }
 
 // ListOptions filters [Client.List]. The zero value lists the oldest 100

@@ -146,7 +146,7 @@ func TestMigrate_From001(t *testing.T) {
 
 	c, err := Open(ctx, path, testConfig())
 	require.NoError(t, err)
-	require.Equal(t, []int{1, 2, 3, 4, 5, 6}, migrationVersions(t, db))
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7}, migrationVersions(t, db))
 	for table, rows := range before {
 		after, _ := snapshot(t, db, table, columns[table])
 		require.Equal(t, rows, after, "%s is unchanged by the migration", table)
@@ -195,7 +195,7 @@ func TestMigrate_From001(t *testing.T) {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	c2 := (&testBundle{path: path}).reopen(t, testConfig())
-	require.Equal(t, []int{1, 2, 3, 4, 5, 6}, migrationVersions(t, db))
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7}, migrationVersions(t, db))
 	in, err := c2.Do(ctx, &Request{URL: srv.URL + "/new-charge", Key: "after-migration"})
 	require.NoError(t, err)
 	require.Equal(t, StateSucceeded, in.State)
@@ -365,7 +365,7 @@ func TestMigrate_LeaseEndMovesToLeasedUntil(t *testing.T) {
 	c, err := Open(ctx, path, testConfig())
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
-	require.Equal(t, []int{1, 2, 3, 4, 5, 6}, migrationVersions(t, db))
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7}, migrationVersions(t, db))
 	for id, want := range map[string]struct{ next, until any }{
 		"held": {leaseEnd, leaseEnd},
 		"due":  {past, nil},
@@ -401,7 +401,7 @@ func TestOpen_RefusesANewerQueue(t *testing.T) {
 	_, err = Open(testCtx(t), b.path, testConfig())
 	requireQueueError(t, err, (*QueueError).Newer)
 	require.ErrorIs(t, err, migrate.ErrNewerSchema)
-	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7}, migrationVersions(t, db))
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8}, migrationVersions(t, db))
 }
 
 // TestMigrate_OlderClientCannotClaimALiveLease: a client from before 006

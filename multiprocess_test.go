@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,8 @@ const (
 	// childKillAtEnv, if set, is an EventKind at which the child SIGKILLs
 	// itself (from Config.OnEventFunc, on the attempt's goroutine).
 	childKillAtEnv = "IDEMKIT_TEST_KILL_AT"
+	// childPerHourEnv, if set, is the child's MaxAttemptsPerHour.
+	childPerHourEnv = "IDEMKIT_TEST_PER_HOUR"
 )
 
 // childConfig is the Config of child processes: short leases, so that a
@@ -59,6 +62,9 @@ func childConfig(name string) *Config {
 				select {} // the signal is on its way
 			}
 		}
+	}
+	if n, err := strconv.Atoi(os.Getenv(childPerHourEnv)); err == nil {
+		cfg.MaxAttemptsPerHour = n
 	}
 	if d, err := time.ParseDuration(os.Getenv(childLeaseEnv)); err == nil {
 		cfg.LeaseDuration, cfg.AttemptTimeout = d, d/2

@@ -25,6 +25,29 @@ type probes struct {
 	// waiting is, per host, the intents rescheduled after getting no
 	// answer from it.
 	waiting map[string]map[string]bool
+	// down holds the hosts whose last attempt here got no answer.
+	down map[string]bool
+}
+
+// markDown records that host gave no answer and reports whether it was up.
+func (p *probes) markDown(host string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.down == nil {
+		p.down = map[string]bool{}
+	}
+	was := p.down[host]
+	p.down[host] = true
+	return !was
+}
+
+// markUp records that host answered and reports whether it was down.
+func (p *probes) markUp(host string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	was := p.down[host]
+	delete(p.down, host)
+	return was
 }
 
 type probeSlot struct {
@@ -129,7 +152,7 @@ func (c *Client) wakeHost(ctx context.Context, host, id string, now time.Time) {
 		return
 	}
 	if n > 0 {
-		c.log.Debug("idemkit: host answers again: its waiting intents are due now", "host", host, "intents", n)
+		c.log.Debug("idemkit: the intents waiting for the host are due now", "host", host, "intents", n)
 		c.poke()
 		c.broadcast()
 	}

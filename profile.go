@@ -28,12 +28,18 @@ type Profile struct {
 	KeyHeader string
 
 	// KeyQuoted sends the key as an RFC 8941 sf-string ("key"), as the IETF
-	// draft defines the field; false sends it bare. Keys the client mints
-	// (UUIDs) fit both. A caller's key that the encoding cannot carry
-	// unchanged is refused with ErrInvalidRequest, never quoted behind the
-	// caller's back: bare refuses surrounding spaces or tabs, a leading
-	// double quote and a comma; quoted refuses anything but printable
-	// ASCII.
+	// draft defines the field; false sends it bare. Only for a server that
+	// parses the field strictly: most servers (the npm middlewares among
+	// them) store the header value verbatim, quotes included, so a quoted
+	// key and the same key sent bare by another tool (curl, another client)
+	// are two keys there, and the request takes effect twice. No shipped
+	// profile sets it. Keys the client mints (UUIDs) fit both. A caller's
+	// key that the encoding cannot carry unchanged is refused with
+	// ErrInvalidRequest, never quoted behind the caller's back: bare refuses
+	// surrounding spaces or tabs, a leading double quote and a comma; quoted
+	// refuses anything but printable ASCII. The form is fixed per intent at
+	// its first attempt: changing this field never changes the bytes of a
+	// key already sent.
 	KeyQuoted bool
 
 	// KeyMaxLen is the longest key, in bytes, at most 255. Defaults to 255.
@@ -93,28 +99,52 @@ var replaySpellings = []string{wire.HeaderReplayed, "Idempotency-Replayed", "Ide
 //     409 with problem type …/problems.md#in-flight is in progress; 422 with
 //     …#key-reused is key reuse; replays marked Idempotent-Replayed (the
 //     other common spellings are accepted too).
-//   - "ietf": draft-ietf-httpapi-idempotency-key-header (draft-07): the key
-//     is an RFC 8941 sf-string; 409 means a request with the key is in
+//   - "ietf": draft-ietf-httpapi-idempotency-key-header
+//     (https://datatracker.ietf.org/doc/draft-ietf-httpapi-idempotency-key-header/;
+//     read at -07; -09, November 2026, is the current revision and was not
+//     reviewed for this profile): 409 means a request with the key is in
 //     progress, 422 that the key was reused with another payload. The draft
 //     names no replay header and no window: the common replay spellings are
 //     accepted, Config.Window applies. 417 also counts as key reuse (not in
-//     the draft; published middlewares answer it so).
-//   - "stripe": https://docs.stripe.com/api/idempotent_requests and
+//     the draft; published middlewares answer it so). The draft defines the
+//     field as an RFC 8941 sf-string ("key"), but the key is sent bare:
+//     servers that store the header value verbatim (the npm middlewares
+//     among them) would otherwise see a quoted key and the same key sent
+//     bare by curl or another client as two keys, and charge twice. A
+//     server that parses the field strictly as RFC 8941 may refuse a bare
+//     key (a 400 on the first attempt): for such a server set KeyQuoted on
+//     a copy.
+//   - "stripe": the v1 API, https://docs.stripe.com/api/idempotent_requests and
 //     https://docs.stripe.com/error-low-level#idempotency. Keys up to 255
 //     characters, pruned once at least 24 hours old; replays marked
 //     Idempotent-Replayed: true; a reused key is 400 with error type
 //     idempotency_error; a concurrent request is 409 with code
 //     idempotency_key_in_use; 429 is rate limiting (retry with backoff).
+//   - "stripe-v2": Stripe's v2 API (same pages, the v2 sections): keys are
+//     kept 30 days. v2 does not replay a failed request: a retry with the
+//     same key "retries failed or partially failed work to completion when
+//     possible and returns an updated response". The profile does what it
+//     does everywhere, retrying with the same key, and takes the updated
+//     response as it comes (a fresh answer, not a replay). The other
+//     answers are v1's. api.stripe.com serves both: a client that calls
+//     v1 and v2 endpoints should keep the "stripe" profile (the shorter
+//     window is the safe one).
 //   - "adyen": https://docs.adyen.com/development-resources/api-idempotency.
 //     Idempotency-Key of at most 64 characters, "valid for a minimum period
-//     of 31 days after first submission"; the response echoes the key but
+//     of 31 days after first submission" (per company account, not across
+//     regions); the response echoes the key but
 //     the page names no replay marker, no in-progress and no reuse answer,
 //     so only the common rules apply (5xx and a Retry-After are retried).
-//   - "checkout": https://www.checkout.com/docs/developer-resources/api/idempotency.
-//     Cko-Idempotency-Key; keys expire after 24 hours by default;
-//     concurrent requests with the same key get 429, and the docs advise
-//     waiting at least 30 seconds; only successfully processed requests
-//     are replayed (an unprocessed one is attempted again).
+//   - "checkout": https://www.checkout.com/docs/developer-resources/api/idempotency
+//     and https://www.checkout.com/docs/payments/manage-payments/retry-a-payment.
+//     Cko-Idempotency-Key; keys expire after 24 hours by default; a
+//     duplicate of a request still being processed gets 409 (it was 429:
+//     both are retried, after at least the 30 seconds the docs advise);
+//     only successfully processed requests are replayed, and a duplicate
+//     of one is answered 202 with the original response (a success, so the
+//     intent succeeds; it is not marked replayed, because a fresh payment
+//     that is pending is answered 202 too); an unprocessed one is attempted
+//     again.
 //   - "paypal": https://developer.paypal.com/api/rest/reference/idempotency.
 //     PayPal-Request-Id; how long the id is stored is per API ("see the
 //     reference for your API"), so Config.Window applies: set Window to
@@ -136,7 +166,6 @@ func KnownProfile(name string) (Profile, bool) {
 	case "ietf":
 		p = Profile{
 			Name:          "ietf",
-			KeyQuoted:     true,
 			ReplayHeaders: replaySpellings,
 			Retry:         []Answer{{Status: http.StatusConflict}},
 			KeyReused:     []Answer{{Status: http.StatusUnprocessableEntity}, {Status: http.StatusExpectationFailed}},
@@ -152,6 +181,10 @@ func KnownProfile(name string) (Profile, bool) {
 			},
 			KeyReused: []Answer{{Status: http.StatusBadRequest, Code: "idempotency_error"}},
 		}
+	case "stripe-v2":
+		p, _ = KnownProfile("stripe")
+		p.Name = "stripe-v2"
+		p.Window = 30 * 24 * time.Hour
 	case "adyen":
 		p = Profile{Name: "adyen", KeyMaxLen: 64, Window: 31 * 24 * time.Hour}
 	case "checkout":
@@ -159,7 +192,10 @@ func KnownProfile(name string) (Profile, bool) {
 			Name:      "checkout",
 			KeyHeader: "Cko-Idempotency-Key",
 			Window:    24 * time.Hour,
-			Retry:     []Answer{{Status: http.StatusTooManyRequests, Wait: 30 * time.Second}},
+			Retry: []Answer{
+				{Status: http.StatusConflict, Wait: 30 * time.Second},
+				{Status: http.StatusTooManyRequests, Wait: 30 * time.Second},
+			},
 		}
 	case "paypal":
 		p = Profile{Name: "paypal", KeyHeader: "PayPal-Request-Id"}
@@ -206,16 +242,16 @@ func (p *Profile) validate(where string) error {
 	return nil
 }
 
-// checkKey reports whether key k can be sent in p's encoding unchanged,
-// with an error saying why not.
-func (p *Profile) checkKey(k string) error {
+// checkKey reports whether key k can be sent unchanged, quoted (an RFC
+// 8941 sf-string) or bare, with an error saying why not.
+func (p *Profile) checkKey(k string, quoted bool) error {
 	if len(k) > p.KeyMaxLen {
 		return invalidf("key is %d bytes; profile %s allows 1 to %d", len(k), p.Name, p.KeyMaxLen)
 	}
 	if err := validateKey(k); err != nil {
 		return err
 	}
-	if p.KeyQuoted {
+	if quoted {
 		if _, ok := wire.QuoteString(k); !ok {
 			return invalidf("key %q: profile %s sends keys as RFC 8941 strings, which carry printable ASCII only", k, p.Name)
 		}
@@ -227,10 +263,10 @@ func (p *Profile) checkKey(k string) error {
 	return nil
 }
 
-// keyValue is the field value that carries k in p's encoding (k passed
+// keyValue is the field value that carries k, quoted or bare (k passed
 // checkKey).
-func (p *Profile) keyValue(k string) string {
-	if !p.KeyQuoted {
+func (p *Profile) keyValue(k string, quoted bool) string {
+	if !quoted {
 		return k
 	}
 	v, _ := wire.QuoteString(k)

@@ -325,8 +325,8 @@ func TestProfile_PayPal(t *testing.T) {
 	require.Equal(t, []string{in.Key, in.Key}, s.sentKeys())
 }
 
-// TestProfile_IETF answers as draft-ietf-httpapi-idempotency-key-header-07
-// says: the key is an sf-string; 409 while the first request is processed;
+// TestProfile_IETF answers as draft-ietf-httpapi-idempotency-key-header
+// says: 409 while the first request is processed;
 // 422 for a key reused with another payload (and 417, as published
 // middlewares answer it).
 func TestProfile_IETF(t *testing.T) {
@@ -338,7 +338,8 @@ func TestProfile_IETF(t *testing.T) {
 	in, err := c.Do(testCtx(t), &Request{URL: s.srv.URL, Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"})
 	require.NoError(t, err)
 	require.Equal(t, 2, in.Attempts)
-	require.Equal(t, []string{`"8e03978e-40d5-43e8-bc93-6894a57f9324"`, `"8e03978e-40d5-43e8-bc93-6894a57f9324"`}, s.sentKeys())
+	require.Equal(t, []string{"8e03978e-40d5-43e8-bc93-6894a57f9324", "8e03978e-40d5-43e8-bc93-6894a57f9324"}, s.sentKeys(),
+		"sent bare: a server that stores the value verbatim sees the key another tool sends")
 	for _, status := range []int{http.StatusUnprocessableEntity, http.StatusExpectationFailed} {
 		s := newScripted(t, "Idempotency-Key", answer(status, `{"title":"Idempotency-Key is already used"}`, "Content-Type", "application/problem+json"))
 		c := dialectClient(t, s, "ietf", nil)
@@ -366,7 +367,8 @@ func TestProfile_ChosenPerHost(t *testing.T) {
 // host's encoding would change is refused, never quoted silently.
 func TestProfile_KeyEncodingRefusesWhatItCannotCarry(t *testing.T) {
 	t.Parallel()
-	bare, quoted := mustProfile(t, "idemkit"), mustProfile(t, "ietf")
+	bare := mustProfile(t, "idemkit")
+	quoted := bare
 	for _, tc := range []struct {
 		key          string
 		bare, quoted bool // accepted
@@ -383,11 +385,11 @@ func TestProfile_KeyEncodingRefusesWhatItCannotCarry(t *testing.T) {
 		{"", false, false},
 		{strings.Repeat("k", 256), false, false},
 	} {
-		require.Equal(t, tc.bare, bare.checkKey(tc.key) == nil, "bare %q", tc.key)
-		require.Equal(t, tc.quoted, quoted.checkKey(tc.key) == nil, "quoted %q", tc.key)
+		require.Equal(t, tc.bare, bare.checkKey(tc.key, false) == nil, "bare %q", tc.key)
+		require.Equal(t, tc.quoted, quoted.checkKey(tc.key, true) == nil, "quoted %q", tc.key)
 	}
-	require.Equal(t, `"a\"b\\c"`, quoted.keyValue(`a"b\c`))
-	require.Equal(t, `a"b\c`, bare.keyValue(`a"b\c`))
+	require.Equal(t, `"a\"b\\c"`, quoted.keyValue(`a"b\c`, true))
+	require.Equal(t, `a"b\c`, bare.keyValue(`a"b\c`, false))
 }
 
 // TestClassify is the decision table of classify.
@@ -420,4 +422,36 @@ func TestClassify(t *testing.T) {
 		got := classify(tc.p, tc.status, tc.h, tc.body)
 		require.Equal(t, tc.want, got.verdict, tc.name)
 	}
+}
+
+// TestProfile_ProvidersMoved: the profiles follow the providers' current
+// pages: Stripe v2 keeps keys 30 days; Checkout.com answers a duplicate in
+// flight with 409 (it was 429: both wait at least 30 s) and replays a
+// processed one with 202 (a success); Adyen keeps keys 31 days.
+func TestProfile_ProvidersMoved(t *testing.T) {
+	t.Parallel()
+	v2 := mustProfile(t, "stripe-v2")
+	require.Equal(t, 30*24*time.Hour, v2.Window)
+	require.Equal(t, "Idempotency-Key", v2.KeyHeader)
+	require.Equal(t, 31*24*time.Hour, mustProfile(t, "adyen").Window)
+	require.Equal(t, 24*time.Hour, mustProfile(t, "stripe").Window)
+
+	s := newScripted(t, "Cko-Idempotency-Key",
+		answer(http.StatusConflict, ""),
+		answer(http.StatusAccepted, `{"id":"pay_1","status":"Authorized"}`, "Content-Type", "application/json"))
+	cfg := testConfig()
+	cfg.MaxSleep = time.Second // persist the 30 s wait instead of sleeping it
+	c := dialectClient(t, s, "checkout", cfg)
+	in, err := c.Do(shortCtx(t, time.Second), &Request{URL: s.srv.URL + "/payments"})
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the 409 is in flight, not a failure")
+	require.Equal(t, StatePending, in.State)
+	log, err := c.Attempts(testCtx(t), in.ID)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, in.NextAttemptAt.Sub(log[0].StartedAt), 30*time.Second-time.Millisecond)
+	// Due now: the duplicate of the processed payment is 202, a success.
+	_, err = c.q.db.Exec(`UPDATE idemkit_intents SET next_attempt_at = '2000-01-01T00:00:00.000Z' WHERE id = ?`, in.ID)
+	require.NoError(t, err)
+	got, err := c.Drain(testCtx(t))
+	require.NoError(t, err)
+	require.Equal(t, 1, got[StateSucceeded], "%v", got)
 }

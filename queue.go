@@ -41,6 +41,13 @@ type queue struct {
 	// owner is this process's lease owner (see leaseOwner), written with
 	// every lease it takes or renews.
 	owner string
+	// perHour is Config.MaxAttemptsPerHour, checked by every claim.
+	perHour int
+	// genPath is the -generation file next to the queue (generation.go).
+	genPath string
+	// keyForm returns how a claimed intent's key travels if none is
+	// recorded yet ("bare" or "quoted"); nil: bare.
+	keyForm func(in *Intent) string
 	// self is this client's instance, "host|path", written with every
 	// intent it queues; origin is the instance the queue recorded first
 	// (see instance.go).
@@ -171,7 +178,7 @@ func (q *queue) retryBusy(ctx context.Context, fn func() error) error {
 // writes: the number of its last migration (idemkit_client_migrations;
 // Client.SchemaVersion reads it). Open refuses a queue migrated by a newer
 // version, whose schema this one cannot write safely.
-const queueSchemaVersion = 6
+const queueSchemaVersion = 7
 
 // migrationsVersionTable is where a queue records its applied migrations.
 const migrationsVersionTable = "idemkit_client_migrations"
@@ -240,13 +247,14 @@ const (
 	sqlClaim = `UPDATE idemkit_intents SET
 		lease_token = lease_token + 1,
 		lease_owner = ?5,
+		key_form = COALESCE(key_form, ?6),
 		attempts = attempts + 1,
 		first_attempt_at = COALESCE(first_attempt_at, ?1),
 		horizon = CASE WHEN horizon IS NULL OR horizon > ?2 THEN ?2 ELSE horizon END,
 		leased_until = ?3,
 		updated_at = ?1
 	WHERE id = ?4 AND state = 'pending'
-	RETURNING lease_token, attempts, first_attempt_at, horizon`
+	RETURNING lease_token, attempts, first_attempt_at, horizon, key_form`
 
 	// sqlStartAttempt is sqlClaim for a retry within the same lease.
 	sqlStartAttempt = `UPDATE idemkit_intents SET
@@ -260,7 +268,7 @@ const (
 
 	sqlInsertAttempt = `INSERT INTO idemkit_attempts (intent_id, n, token, started_at) VALUES (?, ?, ?, ?)`
 
-	sqlFinishAttempt = `UPDATE idemkit_attempts SET finished_at = ?, status = ?, error = ?, replayed = ?
+	sqlFinishAttempt = `UPDATE idemkit_attempts SET finished_at = ?, status = ?, error = ?, replayed = ?, not_sent = ?
 	WHERE intent_id = ? AND n = ?`
 
 	// sqlReschedule keeps the intent pending, due at ?1; leased until ?2
@@ -284,9 +292,14 @@ const (
 
 	sqlQuarantine = `UPDATE idemkit_intents SET next_attempt_at = ? WHERE id = ?`
 
+	// sqlOverBudget holds an intent whose attempt budget is spent until
+	// ?1, saying why in its last error.
+	sqlOverBudget = `UPDATE idemkit_intents SET next_attempt_at = ?1, updated_at = ?2, last_error = ?3
+	WHERE id = ?4 AND state = 'pending'`
+
 	sqlNthLastAttempt = `SELECT started_at FROM idemkit_attempts WHERE intent_id = ? ORDER BY n DESC LIMIT 1 OFFSET ?`
 
-	sqlSelectAttempts = `SELECT n, token, started_at, finished_at, status, error, replayed
+	sqlSelectAttempts = `SELECT n, token, started_at, finished_at, status, error, replayed, not_sent
 	FROM idemkit_attempts WHERE intent_id = ? ORDER BY n`
 
 	sqlPruneBatch = `SELECT id FROM idemkit_intents WHERE state <> 'pending' AND updated_at < ? LIMIT 1000`
@@ -400,25 +413,44 @@ func (q *queue) insertClaim(ctx context.Context, p *prepared, id string, now tim
 func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (string, error), now time.Time, leaseFor time.Duration, plan planFunc) (*claimed, error) {
 	var out *claimed
 	var decodeErr error
+	var gen int64 // the generation a first attempt took
 	err := q.inTx(ctx, func(ex execer) error {
+		gen = 0
 		if insert != nil {
 			var err error
 			if id, err = insert(ex); err != nil {
 				return err
 			}
 		}
-		var sr *sql.Row
-		if id == "" {
-			sr = ex.QueryRowContext(ctx, sqlSelectDue, wire.FormatTime(now), q.origin, q.self, q.skipped())
-		} else {
-			sr = ex.QueryRowContext(ctx, sqlSelectDueID, id, wire.FormatTime(now))
-		}
-		r, err := scanRow(sr)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
+		var r *row
+		for tries := 0; ; tries++ {
+			var sr *sql.Row
+			if id == "" {
+				sr = ex.QueryRowContext(ctx, sqlSelectDue, wire.FormatTime(now), q.origin, q.self, q.skipped())
+			} else {
+				sr = ex.QueryRowContext(ctx, sqlSelectDueID, id, wire.FormatTime(now))
+			}
+			var err error
+			r, err = scanRow(sr)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			// The attempt budget, checked when the attempt would start: a
+			// process that dies mid-attempt, over and over, never gets to
+			// check it after an answer.
+			held, err := q.overBudget(ctx, ex, r, now)
+			if err != nil {
+				return err
+			}
+			if !held {
+				break
+			}
+			if id != "" || tries >= 16 {
+				return nil // held: not due now
+			}
 		}
 		in, err := decodeIntent(r)
 		if err == nil {
@@ -456,12 +488,21 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 		}
 		var first, stored string
 		c := &claimed{lease: lease{id: in.ID}, in: in, hz: hz}
-		if err := ex.QueryRowContext(ctx, sqlClaim, ts, wire.FormatTime(horizon), wire.FormatTime(now.Add(leaseFor)), in.ID, q.owner).
-			Scan(&c.token, &c.attempt, &first, &stored); err != nil {
+		form := "bare"
+		if q.keyForm != nil {
+			form = q.keyForm(in)
+		}
+		if err := ex.QueryRowContext(ctx, sqlClaim, ts, wire.FormatTime(horizon), wire.FormatTime(now.Add(leaseFor)), in.ID, q.owner, form).
+			Scan(&c.token, &c.attempt, &first, &stored, &in.keyForm); err != nil {
 			return err
 		}
 		if _, err := ex.ExecContext(ctx, sqlInsertAttempt, in.ID, c.attempt, c.token, ts); err != nil {
 			return err
+		}
+		if in.FirstAttemptAt.IsZero() {
+			if gen, err = bumpGeneration(ctx, ex); err != nil {
+				return err
+			}
 		}
 		in.Attempts = c.attempt
 		in.FirstAttemptAt, _ = wire.ParseTime(first)
@@ -473,10 +514,45 @@ func (q *queue) claimTx(ctx context.Context, id string, insert func(ex execer) (
 	if err != nil {
 		return nil, err
 	}
+	if gen > 0 {
+		q.noteGeneration(gen) // before the first byte is sent
+	}
 	if decodeErr != nil {
 		return nil, decodeErr
 	}
 	return out, nil
+}
+
+// overBudget holds the intent of row r, due at now, when Config.MaxAttemptsPerHour
+// attempts of it started within the last hour: it is made due when the
+// oldest of them is an hour old, and its last error says why it waits.
+func (q *queue) overBudget(ctx context.Context, ex execer, r *row, now time.Time) (bool, error) {
+	if q.perHour <= 0 {
+		return false, nil
+	}
+	var s string
+	err := ex.QueryRowContext(ctx, sqlNthLastAttempt, r.id, q.perHour-1).Scan(&s)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	oldest, err := wire.ParseTime(s)
+	if err != nil || !oldest.Add(time.Hour).After(now) {
+		return false, nil // a damaged time is left to decodeIntent's checks
+	}
+	due := oldest.Add(time.Hour)
+	msg := fmt.Sprintf("waiting until %s: %d attempts started in the last hour (Config.MaxAttemptsPerHour)", wire.FormatTime(due), q.perHour)
+	before := r.lastError
+	if strings.HasPrefix(before, "waiting until ") {
+		_, before, _ = strings.Cut(before, "; before: ")
+	}
+	if before != "" {
+		msg += "; before: " + before
+	}
+	_, err = ex.ExecContext(ctx, sqlOverBudget, wire.FormatTime(due), wire.FormatTime(now), msg, r.id)
+	return err == nil, err
 }
 
 // startAttempt starts a retry within a lease already held: it fails with
@@ -527,6 +603,8 @@ type attemptResult struct {
 	status   int
 	errText  string
 	replayed bool
+	// notSent: the attempt is known never to have left this process.
+	notSent bool
 	// learned is the Idempotency-Window the response advertised, if any,
 	// and horizon the intent's horizon after it (zero: unchanged).
 	learned time.Duration
@@ -539,7 +617,7 @@ func (q *queue) logAttempt(ctx context.Context, ex execer, id string, now time.T
 	if a.status != 0 {
 		status = a.status
 	}
-	if _, err := ex.ExecContext(ctx, sqlFinishAttempt, wire.FormatTime(now), status, a.errText, boolInt(a.replayed), id, a.n); err != nil {
+	if _, err := ex.ExecContext(ctx, sqlFinishAttempt, wire.FormatTime(now), status, a.errText, boolInt(a.replayed), boolInt(a.notSent), id, a.n); err != nil {
 		return err
 	}
 	if a.learned > 0 {
@@ -720,8 +798,8 @@ func (q *queue) attempts(ctx context.Context, id string) ([]*Attempt, error) {
 		var started string
 		var finished *string
 		var status *int64
-		var replayed int64
-		if err := rows.Scan(&a.N, &a.Token, &started, &finished, &status, &a.Error, &replayed); err != nil {
+		var replayed, notSent int64
+		if err := rows.Scan(&a.N, &a.Token, &started, &finished, &status, &a.Error, &replayed, &notSent); err != nil {
 			return nil, interpretError(err)
 		}
 		var err error
@@ -737,6 +815,7 @@ func (q *queue) attempts(ctx context.Context, id string) ([]*Attempt, error) {
 			a.Status = int(*status)
 		}
 		a.Replayed = replayed != 0
+		a.NotSent = notSent != 0
 		out = append(out, a)
 	}
 	return out, interpretError(rows.Err())

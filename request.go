@@ -128,7 +128,7 @@ func prepare(req *Request, cfg *Config, prof *Profile) (*prepared, error) {
 		}
 	}
 	if p.key != "" {
-		if err := prof.checkKey(p.key); err != nil {
+		if err := prof.checkKey(p.key, prof.KeyQuoted); err != nil {
 			return nil, err
 		}
 	}

@@ -3,6 +3,7 @@ package idemkit
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idemkit/internal/wire"
@@ -31,13 +32,17 @@ type row struct {
 	instance                          *string
 	credentialHeaders                 *string
 	leasedUntil                       *string
+	unanswered                        *int64
+	leaseOwner                        *string
+	keyForm                           *string
 }
 
 // rowColumns lists the columns scanned into a row, in scan order.
 const rowColumns = `id, key, state, method, url, host, header, body, fingerprint, attempts,
 	next_attempt_at, first_attempt_at, horizon, lease_token, outcome_status, outcome_header,
 	outcome_body, outcome_replayed, outcome_key_reused, last_error, created_at, updated_at, instance,
-	credential_headers, leased_until`
+	credential_headers, leased_until, lease_owner, key_form,
+	(SELECT MIN(a.n) FROM idemkit_attempts a WHERE a.intent_id = idemkit_intents.id AND a.status IS NULL AND a.not_sent = 0)`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -46,7 +51,7 @@ func scanRow(s scanner) (*row, error) {
 	err := s.Scan(&r.id, &r.key, &r.state, &r.method, &r.url, &r.host, &r.header, &r.body, &r.fp,
 		&r.attempts, &r.nextAttemptAt, &r.firstAttemptAt, &r.horizon, &r.leaseToken, &r.outcomeStatus,
 		&r.outcomeHeader, &r.outcomeBody, &r.outcomeReplayed, &r.outcomeKeyReused, &r.lastError, &r.createdAt, &r.updatedAt, &r.instance,
-		&r.credentialHeaders, &r.leasedUntil)
+		&r.credentialHeaders, &r.leasedUntil, &r.leaseOwner, &r.keyForm, &r.unanswered)
 	return r, err
 }
 
@@ -65,6 +70,12 @@ func decodeIntent(r *row) (*Intent, error) {
 	}
 	if r.instance != nil {
 		in.instance = *r.instance
+	}
+	if r.keyForm != nil {
+		in.keyForm = *r.keyForm
+	}
+	if r.unanswered != nil {
+		in.Unanswered = int(*r.unanswered)
 	}
 	if r.id == "" {
 		return nil, bad("empty id", nil)
@@ -120,6 +131,15 @@ func decodeIntent(r *row) (*Intent, error) {
 	}
 	if leasedUntil.After(in.NextAttemptAt) {
 		in.NextAttemptAt = leasedUntil // held: due when the lease ends
+	}
+	if in.State == StatePending {
+		in.LeasedUntil = leasedUntil
+		if r.leaseOwner != nil && !leasedUntil.IsZero() {
+			if o, err := parseLeaseOwner(*r.leaseOwner); err == nil {
+				in.HolderPID = o.pid
+				in.HolderHost, _, _ = strings.Cut(o.host, "@") // the hostname, without boot id and pid namespace
+			}
+		}
 	}
 	if r.outcomeStatus != nil {
 		st := *r.outcomeStatus

@@ -37,6 +37,9 @@ type sending struct {
 	lastTry bool
 	// lastErr is the intent's last error, as the last attempt left it.
 	lastErr string
+	// unanswered is the first attempt whose answer was lost although it
+	// may have been sent (0: none): see judge.
+	unanswered int
 }
 
 // send drives a claimed intent: it sends the attempt the claim started,
@@ -50,7 +53,7 @@ type sending struct {
 // while other intents are due.
 func (c *Client) send(ctx context.Context, cl *claimed, yield bool) (*Intent, error) {
 	s := &sending{c: c, in: cl.in, l: cl.lease, n: cl.attempt, retries: max(cl.attempt-1, 0),
-		hz: cl.hz, prof: c.cfg.profileFor(cl.in.URL), host: hostOf(cl.in.URL), yield: yield}
+		hz: cl.hz, prof: c.cfg.profileFor(cl.in.URL), host: hostOf(cl.in.URL), yield: yield, unanswered: cl.in.Unanswered}
 	if u, err := url.Parse(s.in.URL); err == nil {
 		s.hookHost = strings.ToLower(u.Host)
 	}
@@ -60,7 +63,11 @@ func (c *Client) send(ctx context.Context, cl *claimed, yield bool) (*Intent, er
 		req, err := s.request(ctx)
 		if err != nil {
 			// prepare() accepted it, so the stored row is bad.
-			return s.end(wctx, StateFailed, nil, "cannot build request: "+err.Error(), &attemptResult{n: s.n, errText: err.Error()})
+			st := StateFailed
+			if s.unanswered > 0 {
+				st = StateUnknown
+			}
+			return s.end(wctx, st, nil, s.unknownPrefix(st)+"cannot build request: "+err.Error(), &attemptResult{n: s.n, errText: err.Error(), notSent: true})
 		}
 		if c.cfg.SendHookFunc != nil {
 			if err := c.cfg.SendHookFunc(s.hookHost, req); err != nil {
@@ -73,26 +80,31 @@ func (c *Client) send(ctx context.Context, cl *claimed, yield bool) (*Intent, er
 		// Classify.
 		now := c.now()
 		a, dec := s.classify(ctx, now, resp, body, err)
-		var retry bool
-		var giveUp error
-		switch dec.verdict {
-		case verdictFinal, verdictKeyReused:
-		case verdictRetry:
-			retry = true
-		default:
-			retry, giveUp = c.cfg.CheckRetry(ctx, resp, err)
+		facts := attemptFacts{dec: dec, unanswered: s.unanswered}
+		if resp != nil {
+			facts.status = resp.StatusCode
 		}
+		if dec.verdict == verdictPolicy {
+			facts.policyRetry, facts.policyErr = c.cfg.CheckRetry(ctx, resp, err)
+		}
+		j := judge(facts)
 
 		// Persist, then return or wait.
 		switch {
 		case ctx.Err() != nil:
 			return s.canceled(wctx, ctx, a)
-		case !retry && (giveUp != nil || resp == nil): // a transport error is no answer
-			return s.end(wctx, StateFailed, nil, "gave up: "+redactErr(cmp.Or(giveUp, err)), a)
-		case !retry:
-			return s.answered(wctx, resp, body, dec, a)
+		case !j.retry && (facts.policyErr != nil || resp == nil): // a transport error is no answer
+			return s.end(wctx, j.state, nil, s.unknownPrefix(j.state)+"gave up: "+redactErr(cmp.Or(facts.policyErr, err)), a)
+		case !j.retry:
+			return s.answered(wctx, resp, body, dec, a, j.state)
+		}
+		if resp == nil && !a.notSent && s.unanswered == 0 {
+			s.unanswered = s.n // its answer is lost: it may have reached the server
 		}
 		s.lastErr = describe(resp, err)
+		if j.inFlight {
+			s.lastErr += fmt.Sprintf(" (not classified by profile %s; attempt %d's answer was lost, so taken as \"still in progress\" and retried with the same key)", s.prof.Name, s.unanswered)
+		}
 		next, persist, ok, err := s.schedule(ctx, now, resp, dec)
 		switch {
 		case err != nil:
@@ -133,7 +145,7 @@ func (c *Client) send(ctx context.Context, cl *claimed, yield bool) (*Intent, er
 // header. Queued under another configuration, the key may not fit the
 // profile this process has for the host: it is never sent altered.
 func (s *sending) request(ctx context.Context) (*http.Request, error) {
-	if err := s.prof.checkKey(s.in.Key); err != nil {
+	if err := s.prof.checkKey(s.in.Key, s.in.keyForm == "quoted"); err != nil {
 		return nil, err
 	}
 	var body io.Reader // nil, not an empty reader: no chunked encoding for an empty body
@@ -151,7 +163,7 @@ func (s *sending) request(ctx context.Context) (*http.Request, error) {
 	for k, v := range s.c.credsFor(s.in.ID) {
 		r.Header[k] = v
 	}
-	r.Header.Set(s.prof.KeyHeader, s.prof.keyValue(s.in.Key))
+	r.Header.Set(s.prof.KeyHeader, s.prof.keyValue(s.in.Key, s.in.keyForm == "quoted"))
 	return r, nil
 }
 
@@ -178,6 +190,7 @@ func (s *sending) classify(ctx context.Context, now time.Time, resp *http.Respon
 	a := &attemptResult{n: s.n, host: s.host}
 	if err != nil {
 		a.errText = redactErr(err)
+		a.notSent = neverSent(err)
 		return a, decision{verdict: verdictPolicy}
 	}
 	a.status = resp.StatusCode
@@ -190,6 +203,7 @@ func (s *sending) classify(ctx context.Context, now time.Time, resp *http.Respon
 	a.replayed = dec.replayed
 	s.c.emit(Event{Kind: EventAnswered, IntentID: s.in.ID, Key: s.in.Key, URL: redact(s.in.URL), Attempt: s.n,
 		Status: resp.StatusCode, Replayed: dec.replayed, At: now})
+	s.c.hostBack(s.host, now) // any answer: the host is up
 	if st := resp.StatusCode; st < 500 && st != http.StatusTooManyRequests {
 		// The host answers: those waiting for it need not.
 		s.c.wakeHost(context.WithoutCancel(ctx), s.host, s.in.ID, now)
@@ -238,6 +252,11 @@ func (s *sending) schedule(ctx context.Context, now time.Time, resp *http.Respon
 	persist = ok && (s.lastTry || next.Sub(now) > c.cfg.MaxSleep || (unanswered && next.Sub(now) > probeInterval) ||
 		(s.yield && c.othersDue(ctx, next)))
 	if ok && unanswered {
+		c.hostDown(s.host, s.lastErr, now)
+		if !next.After(now.Add(probeInterval)) {
+			c.emit(Event{Kind: EventProbing, IntentID: s.in.ID, Key: s.in.Key, URL: redact(s.in.URL), Host: s.host,
+				Attempt: s.n, Next: next, Wait: next.Sub(now), Reason: s.lastErr, At: now})
+		}
 		c.probes.planned(s.host, s.in.ID, now, next, persist)
 		if handoff || (probe && next.After(now.Add(probeInterval))) {
 			// Its attempt budget is spent: another intent probes.
@@ -269,9 +288,10 @@ func (s *sending) sleep(ctx context.Context, now, next time.Time) error {
 	}
 }
 
-// answered records a definitive answer and ends the intent: succeeded for
-// a 2xx that does not mean "key reused", failed otherwise.
-func (s *sending) answered(ctx context.Context, resp *http.Response, body []byte, dec decision, a *attemptResult) (*Intent, error) {
+// answered records an answer that ends the intent in state (judge's):
+// succeeded, failed, or unknown (the answer says nothing about an earlier
+// attempt whose answer was lost).
+func (s *sending) answered(ctx context.Context, resp *http.Response, body []byte, dec decision, a *attemptResult, state IntentState) (*Intent, error) {
 	c := s.c
 	lastErr := ""
 	if len(body) > maxBodySize {
@@ -280,19 +300,25 @@ func (s *sending) answered(ctx context.Context, resp *http.Response, body []byte
 	}
 	keyReused := dec.verdict == verdictKeyReused
 	full := &Outcome{Status: resp.StatusCode, Header: resp.Header, Body: body, Replayed: a.replayed, keyReused: keyReused}
-	state := StateSucceeded
-	if resp.StatusCode < 200 || resp.StatusCode > 299 || keyReused {
-		state = StateFailed
-		if lastErr == "" {
-			lastErr = describe(resp, nil)
-		}
+	if state != StateSucceeded && lastErr == "" {
+		lastErr = describe(resp, nil)
 	}
+	lastErr = s.unknownPrefix(state) + lastErr
 	got, err := s.end(ctx, state, c.cfg.keptOutcome(full, s.prof, true), lastErr, a)
 	if got != nil && got.Outcome != nil && c.cfg.OmitOutcomeBody {
 		// Not on disk, but the caller of Do still gets the answer.
 		got.Outcome = c.cfg.keptOutcome(full, s.prof, false)
 	}
 	return got, err
+}
+
+// unknownPrefix is the start of the last error of an intent ending in
+// state: for StateUnknown, which attempt's answer was lost and what to do.
+func (s *sending) unknownPrefix(state IntentState) string {
+	if state != StateUnknown {
+		return ""
+	}
+	return fmt.Sprintf("outcome unknown: attempt %d got no answer (it may have taken effect) and the last answer says nothing about it; reconcile with the server (resend under the same key, or check), never retry under a new key: ", s.unanswered)
 }
 
 // end moves the intent to a terminal state, logging attempt a (if any).
@@ -334,7 +360,7 @@ func (s *sending) hookFailed(ctx context.Context, herr error) (*Intent, error) {
 	c := s.c
 	now := c.now()
 	msg := "send hook: " + herr.Error()
-	a := &attemptResult{n: s.n, errText: msg}
+	a := &attemptResult{n: s.n, errText: msg, notSent: true}
 	next := now.Add(c.cfg.Backoff(backoffBase, backoffCap, s.retries, nil))
 	if next.After(s.hz.at) {
 		return s.end(ctx, StateExpired, nil, msg, a)
@@ -399,4 +425,17 @@ func hostOf(raw string) string {
 		return ""
 	}
 	return strings.ToLower(u.Scheme + "://" + u.Host)
+}
+
+// keyForm is how the key of intent in travels, recorded at its first claim
+// since schema 007 and never changed after: quoted if its host's profile
+// sets KeyQuoted, or if it was attempted before under the "ietf" profile
+// (which quoted keys until then: its server has seen the quoted form), bare
+// otherwise.
+func (c *Client) keyForm(in *Intent) string {
+	p := c.cfg.profileFor(in.URL)
+	if p.KeyQuoted || (in.Attempts > 0 && p.Name == "ietf") {
+		return "quoted"
+	}
+	return "bare"
 }

@@ -85,7 +85,7 @@ func (c *Client) takeOver(ctx context.Context, id string) {
 	}
 	for _, l := range dead {
 		c.log.Info("idemkit: taking over intent of dead process pid "+strconv.Itoa(l.owner.pid),
-			"intent", l.id, "key", l.key, "pid", l.owner.pid, "owner", l.raw, "token", l.token, "reason", l.why)
+			"intent", logID(l.id, l.key), "pid", l.owner.pid, "owner", l.raw, "token", l.token, "reason", l.why)
 	}
 	if len(dead) > 0 {
 		c.poke()
@@ -198,4 +198,14 @@ func (q *queue) strings(ctx context.Context, query string, args ...any) ([]strin
 		out = append(out, s)
 	}
 	return out, interpretError(rows.Err())
+}
+
+// logID names an intent in logs at INFO and above without its key in
+// clear: its id, or, when the id is the key (minted), "…" and its last 8
+// characters (the short id the CLI prints).
+func logID(id, key string) string {
+	if id != key {
+		return id
+	}
+	return "…" + id[max(0, len(id)-8):]
 }

@@ -228,8 +228,15 @@ func TestClient_TakeOverChoosesLeases(t *testing.T) {
 
 	taken := map[string]bool{}
 	pids := map[string]int{"dead": dead.pid, "reused": reused.pid}
+	names := map[string]string{} // intent id -> key
+	for name := range rows {
+		var id string
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT id FROM idemkit_intents WHERE key = ?`, name).Scan(&id))
+		names[id] = name
+	}
 	for _, r := range rec.find("idemkit: taking over intent of dead process pid ") {
-		k := r.attrs["key"].(string)
+		require.NotContains(t, r.attrs, "key", "never the key in clear")
+		k := names[r.attrs["intent"].(string)]
 		taken[k] = true
 		require.Equal(t, slog.LevelInfo, r.level)
 		require.EqualValues(t, pids[k], r.attrs["pid"], "%v", r.attrs)

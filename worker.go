@@ -39,7 +39,7 @@ func (c *Client) driveClaimed(ctx context.Context, id string, first *claimed) (i
 			// Nothing was sent: hand the claim back at once.
 			now := c.now()
 			_ = c.q.reschedule(context.WithoutCancel(ctx), first.lease, now, wait{due: now,
-				attempt: &attemptResult{n: first.attempt, errText: "client closed"}, lastErr: first.in.LastError})
+				attempt: &attemptResult{n: first.attempt, errText: "client closed", notSent: true}, lastErr: first.in.LastError})
 		}
 	}
 	if !c.enter() {
@@ -168,6 +168,7 @@ func (c *Client) Run(ctx context.Context) error {
 			_ = c.sleepUntil(ctx, now.Add(c.cfg.pollInterval), nil)
 			continue
 		case cl == nil:
+			c.progress(ctx, false)
 			c.idle(ctx)
 			continue
 		case cl.expired:
@@ -182,6 +183,7 @@ func (c *Client) Run(ctx context.Context) error {
 			if _, err := c.send(ctx, cl, true); err != nil && !errors.Is(err, errLeaseLost) && ctx.Err() == nil {
 				c.log.Warn("idemkit: drive failed", "intent", cl.in.ID, "error", err)
 			}
+			c.progress(ctx, false)
 		}()
 	}
 }
@@ -208,7 +210,7 @@ func (c *Client) idle(ctx context.Context) {
 func (c *Client) ended(in *Intent) {
 	c.forget(in.ID)
 	c.broadcast()
-	c.log.Info("idemkit: intent ended", "intent", in.ID, "key", in.Key, "state", in.State,
+	c.log.Info("idemkit: intent ended", "intent", logID(in.ID, in.Key), "state", in.State,
 		"attempts", in.Attempts, "error", in.LastError)
 	e := Event{Kind: EventEnded, IntentID: in.ID, Key: in.Key, URL: redact(in.URL), Attempt: in.Attempts,
 		State: in.State, Reason: in.LastError}

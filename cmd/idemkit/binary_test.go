@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/paymentsapi"
+	"github.com/idemkit/idemkit/internal/testbin"
 )
 
 // binDir holds the idemkit binary built once for the tests that run it.
@@ -48,12 +48,8 @@ func idemkitBin(t *testing.T) string {
 		if binBuild != nil {
 			return
 		}
-		goBin, err := exec.LookPath("go")
-		if err != nil {
-			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
 		binPath = filepath.Join(binDir, "idemkit")
-		out, err := exec.Command(goBin, "build", "-o", binPath, ".").CombinedOutput()
+		out, err := exec.Command(testbin.GoTool(), "build", "-o", binPath, ".").CombinedOutput()
 		if err != nil {
 			binBuild = errors.New(string(out))
 		}
@@ -167,7 +163,7 @@ func TestResume_InterruptedDoHintResumesWithCredentials(t *testing.T) {
 	hint := resumeCommand(t, stderr)
 	require.Contains(t, hint, "--until-done")
 	require.Contains(t, hint, "--queue "+queue)
-	require.Contains(t, hint, "-H 'Authorization: …'", "names the credential it needs")
+	require.Contains(t, hint, `-H "Authorization: $IDEMKIT_AUTHORIZATION"`, "names the credential it needs, as a variable")
 
 	r := runBin(t, vars, "", hintArgs(t, hint, "Authorization: Bearer "+account)...)
 	require.Equal(t, exitOK, r.code, "the hint resumes: %s", r.stderr)
@@ -226,29 +222,33 @@ func resumeCommand(t *testing.T, stderr string) string {
 }
 
 // hintArgs are the arguments of a resume command with the credential
-// placeholder "Authorization: …" replaced by cred.
+// variable reference "Authorization: $IDEMKIT_AUTHORIZATION" replaced by cred.
 func hintArgs(t *testing.T, hint, cred string) []string {
 	t.Helper()
 	args := shellSplit(t, strings.TrimPrefix(hint, "idemkit "))
 	for i, a := range args {
-		if a == "Authorization: …" {
+		if a == "Authorization: $IDEMKIT_AUTHORIZATION" {
 			args[i] = cred
 		}
 	}
 	return args
 }
 
-// shellSplit splits a command line with single quotes (what resumeHint
-// writes).
+// shellSplit splits a command line with single and double quotes (what
+// resumeHint writes), expanding nothing.
 func shellSplit(t *testing.T, s string) []string {
 	t.Helper()
 	var out []string
 	var cur strings.Builder
-	inQuote, has := false, false
+	var quote rune
+	has := false
 	for _, r := range s {
+		inQuote := quote != 0
 		switch {
-		case r == '\'':
-			inQuote, has = !inQuote, true
+		case (r == '\'' || r == '"') && quote == 0:
+			quote, has = r, true
+		case r == quote:
+			quote = 0
 		case r == ' ' && !inQuote:
 			if has {
 				out = append(out, cur.String())
@@ -260,7 +260,7 @@ func shellSplit(t *testing.T, s string) []string {
 			has = true
 		}
 	}
-	require.False(t, inQuote, "unbalanced quote in %q", s)
+	require.Zero(t, quote, "unbalanced quote in %q", s)
 	if has {
 		out = append(out, cur.String())
 	}
@@ -325,7 +325,7 @@ func TestExitCodes(t *testing.T) {
 		{"failed 400", []string{"do", "--queue", filepath.Join(dir, "f.db"), "--url", pay, "-H", auth, "--data", `{"amount":-1}`},
 			exitFailed, []string{"failed 400 Bad Request, replayed=false, attempts=1"}},
 		{"timeout", []string{"do", "--queue", filepath.Join(dir, "t.db"), "--url", dead, "-H", auth, "--data", usd40, "--timeout", "1s"},
-			exitInterrupted, []string{"--timeout 1s reached", "connection refused", "idemkit run --queue", "-H 'Authorization: …'"}},
+			exitInterrupted, []string{"--timeout 1s reached", "connection refused", "idemkit run --queue", `-H "Authorization: $IDEMKIT_AUTHORIZATION"`}},
 		{"max attempts", []string{"do", "--queue", filepath.Join(dir, "m.db"), "--url", dead, "--data", usd40, "--max-attempts", "2"},
 			exitInterrupted, []string{"--max-attempts 2 reached", "attempts=2"}},
 		{"expired", []string{"do", "--queue", filepath.Join(dir, "e.db"), "--url", dead, "--data", usd40, "--window", "1s"},
@@ -434,7 +434,7 @@ func TestRun_ProgressAndEndedIntents(t *testing.T) {
 	require.Equal(t, exitFailed, r.code, r.stderr)
 	require.Equal(t, 2, strings.Count(r.stdout, "failed 401 Unauthorized"), r.stdout)
 	require.Contains(t, r.stderr, "0 pending, 0 succeeded, 2 failed")
-	require.Contains(t, r.stderr, "credential headers are never stored; give them with -H 'Authorization: …'")
+	require.Contains(t, r.stderr, "credential headers are never stored; give them with -H")
 
 	queue2 := filepath.Join(t.TempDir(), "q2.db")
 	vars = binEnv(t, "IDEMKIT_QUEUE="+queue2)

@@ -81,10 +81,10 @@ func TestLs_StateValidated(t *testing.T) {
 	code, out, errOut := cli(t, ctx, "", "ls", "--queue", queue, "--state", "done")
 	require.Equal(t, exitError, code)
 	require.Empty(t, out)
-	require.Equal(t, `idemkit: --state "done": want one of pending, succeeded, failed, expired, canceled`+"\n", errOut)
+	require.Equal(t, `idemkit: --state "done": want one of pending, succeeded, failed, unknown, expired, canceled`+"\n", errOut)
 	code, out, _ = cli(t, ctx, "", "ls", "--help")
 	require.Equal(t, 0, code)
-	require.Contains(t, out, "pending, succeeded, failed, expired, canceled")
+	require.Contains(t, out, "pending, succeeded, failed, unknown, expired, canceled")
 }
 
 // TestFailed_StatusNotRepeated: a failed intent says its status once, not
@@ -116,7 +116,7 @@ func TestRetry_RequeuesFailedUnderNewKey(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	code, _, errOut = cli(t, ctx, "", "run", "--queue", queue, "--until-done")
 	require.Equal(t, exitFailed, code, errOut)
-	require.Contains(t, errOut, "give them with -H 'Authorization: …'")
+	require.Contains(t, errOut, "give them with -H")
 
 	code, out, errOut := cli(t, ctx, "no\n", "retry", "--queue", queue, "k1")
 	require.Equal(t, exitError, code, errOut)
@@ -375,7 +375,7 @@ func TestRun_WarnsOfMissingCredentials(t *testing.T) {
 	require.NotContains(t, out, "Bearer x")
 	code, _, errOut = cli(t, ctx, "", "run", "--queue", queue, "--until-done")
 	require.Equal(t, exitFailed, code, errOut)
-	require.Regexp(t, `idemkit: \w+ was queued with Authorization, which this run does not send \(never stored\): give -H 'Authorization: …'`, errOut)
+	require.Regexp(t, `idemkit: \w+ was queued with Authorization, which this run does not send \(never stored\): give -H "Authorization: \$IDEMKIT_AUTHORIZATION"`, errOut)
 	require.Less(t, strings.Index(errOut, "was queued with Authorization"), strings.Index(errOut, "401"), "said before the answer")
 
 	code, _, errOut = cli(t, ctx, "", "submit", "--queue", queue, "--url", a.URL+"/charges", "-H", "Authorization: Bearer x", "--data", "ok", "--key", "k2")
@@ -410,7 +410,7 @@ func TestDo_ProfileChoosesTheDialect(t *testing.T) {
 
 	code, _, errOut = cli(t, ctx, "", "do", "--queue", queue, "--url", srv.URL, "--key", "k3", "--profile", "nope")
 	require.Equal(t, exitError, code)
-	require.Contains(t, errOut, `unknown profile "nope": want one of idemkit, ietf, stripe, adyen, checkout, paypal`)
+	require.Contains(t, errOut, `unknown profile "nope": want one of idemkit, ietf, stripe, stripe-v2, adyen, checkout, paypal`)
 }
 
 // TestRun_ResumeHintNamesQueuedCredentials: a run stopped with work left
@@ -424,7 +424,7 @@ func TestRun_ResumeHintNamesQueuedCredentials(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	code, _, errOut = cli(t, ctx, "", "run", "--queue", queue, "--until-done", "--timeout", "300ms")
 	require.Equal(t, exitInterrupted, code, errOut)
-	require.Regexp(t, `idemkit run --queue \S+ --until-done .*-H 'X-Api-Key: …'`, errOut)
+	require.Regexp(t, `idemkit run --queue \S+ --until-done .*-H "X-Api-Key: \$IDEMKIT_X_API_KEY"`, errOut)
 }
 
 // TestRetry_HintNamesTheOriginalCredentials: the command retry prints asks
@@ -438,7 +438,7 @@ func TestRetry_HintNamesTheOriginalCredentials(t *testing.T) {
 	require.Equal(t, exitFailed, code, errOut)
 	code, _, errOut = cli(t, ctx, "", "retry", "--queue", queue, "k", "--yes")
 	require.Equal(t, 0, code, errOut)
-	require.Contains(t, errOut, "idemkit run --queue "+queue+" --until-done --host "+a.URL+" -H 'Authorization: …'")
+	require.Contains(t, errOut, "idemkit run --queue "+queue+" --until-done --host "+a.URL+` -H "Authorization: $IDEMKIT_AUTHORIZATION"`)
 	require.NotContains(t, errOut, "Bearer x")
 }
 
@@ -451,7 +451,7 @@ func TestDo_ResumeHintNamesEveryCredentialHeader(t *testing.T) {
 	queue := filepath.Join(t.TempDir(), "q.db")
 	code, _, errOut := cli(t, ctx, "", "do", "--queue", queue, "--url", deadURL(t), "-H", "X-Api-Key: k_s3cr3t", "--max-attempts", "1")
 	require.Equal(t, exitInterrupted, code, errOut)
-	require.Regexp(t, `idemkit run --queue \S+ --until-done --host \S+ -H 'X-Api-Key: …'`, errOut)
+	require.Regexp(t, `idemkit run --queue \S+ --until-done --host \S+ -H "X-Api-Key: \$IDEMKIT_X_API_KEY"`, errOut)
 	require.NotContains(t, errOut, "k_s3cr3t")
 	code, _, errOut = cli(t, ctx, "", "submit", "--queue", queue, "--url", deadURL(t), "-H", "X-Api-Key: k_s3cr3t")
 	require.Equal(t, 0, code, errOut)

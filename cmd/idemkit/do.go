@@ -52,6 +52,20 @@ queued and do prints the 'idemkit run' command that finishes it with the same ke
 			ctx, exhausted = context.WithCancelCause(ctx)
 			defer exhausted(nil)
 			t.onExhausted = func(string) { exhausted(errMaxAttempts{sf.maxAttempts}) }
+			abs, aerr := filepath.Abs(qf.path)
+			if aerr != nil {
+				abs = qf.path
+			}
+			// What a second signal, which exits at once, still prints.
+			hint := resumeHint(abs, sf.window, hostOf(req.URL), credentialsIn(req.Header))
+			e.setLastWords(func() string {
+				return "interrupted again before the first attempt was recorded: if it was queued, 'idemkit ls' shows it; resume (same key) with:\n  " + hint
+			})
+			t.onStarted = func(id string) {
+				e.setLastWords(func() string {
+					return fmt.Sprintf("interrupted again: intent %s stays queued (its attempt may have reached the server); resume it (same key) with:\n  %s", id, hint)
+				})
+			}
 			c, err := qf.open(cmd.Context(), mayCreate, sf.config(t, nil))
 			if err != nil {
 				return err
@@ -70,10 +84,6 @@ queued and do prints the 'idemkit run' command that finishes it with the same ke
 				return err
 			}
 			if in.State == idemkit.StatePending {
-				abs, aerr := filepath.Abs(qf.path)
-				if aerr != nil {
-					abs = qf.path
-				}
 				why := "interrupted"
 				if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 					why = cause.Error()
@@ -92,8 +102,10 @@ queued and do prints the 'idemkit run' command that finishes it with the same ke
 				if log, lerr := c.Attempts(context.WithoutCancel(ctx), in.ID); lerr == nil {
 					in = withAttemptError(in, log)
 				}
-				return &statusError{code: exitInterrupted, err: fmt.Errorf("%s: %s\nidemkit: the intent stays queued; resume it (same key) with:\n  %s",
-					why, summary(in), resumeHint(abs, sf.window, hostOf(in.URL), in.CredentialHeaders))}
+				msg := fmt.Errorf("%s: %s\nidemkit: the intent stays queued; resume it (same key) with:\n  %s",
+					why, summary(in), resumeHint(abs, sf.window, hostOf(in.URL), in.CredentialHeaders))
+				e.sayInstead(msg)
+				return &statusError{code: exitInterrupted, err: errors.New("")} // said
 			}
 			if g.json {
 				if jerr := printIntent(cmd, c, in, true); jerr != nil {

@@ -25,6 +25,8 @@ type tracker struct {
 	// onExhausted is called.
 	maxAttempts int
 	onExhausted func(id string)
+	// onStarted, if set, is called when an attempt of an intent starts.
+	onStarted func(id string)
 
 	mu        sync.Mutex
 	attempts  map[string]int  // intent id -> attempts started here (this process's count)
@@ -61,13 +63,6 @@ func (t *tracker) exhaust(id string) {
 	if first && t.onExhausted != nil {
 		t.onExhausted(id)
 	}
-}
-
-// isExhausted reports whether the intent reached --max-attempts here.
-func (t *tracker) isExhausted(id string) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.exhausted[id]
 }
 
 // takeEnded returns the ids that ended here since the last call.
@@ -123,6 +118,9 @@ func (t *tracker) onEvent(e idemkit.Event) {
 		t.mu.Lock()
 		t.attempts[id]++
 		t.mu.Unlock()
+		if t.onStarted != nil {
+			t.onStarted(id)
+		}
 		if t.verbose {
 			t.printf("%s attempt %d: %s", shortID(id), e.Attempt, e.URL)
 		}
@@ -176,9 +174,14 @@ func (t *tracker) warn(msg string, a map[string]slog.Value) {
 // trackHandler is a slog.Handler that hands every record to a tracker.
 type trackHandler struct{ t *tracker }
 
-func (h *trackHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h *trackHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
 
+// Handle prints WARN and above, and at INFO the takeover of a dead
+// process's intents (the user should know why an attempt starts at once).
 func (h *trackHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Level < slog.LevelWarn && !strings.HasPrefix(r.Message, "idemkit: taking over") {
+		return nil
+	}
 	a := make(map[string]slog.Value, r.NumAttrs())
 	r.Attrs(func(at slog.Attr) bool {
 		a[at.Key] = at.Value.Resolve()

@@ -12,7 +12,7 @@ import (
 )
 
 // states are the values of --state.
-var states = []idemkit.IntentState{idemkit.StatePending, idemkit.StateSucceeded, idemkit.StateFailed, idemkit.StateExpired, idemkit.StateCanceled}
+var states = []idemkit.IntentState{idemkit.StatePending, idemkit.StateSucceeded, idemkit.StateFailed, idemkit.StateUnknown, idemkit.StateExpired, idemkit.StateCanceled}
 
 func statesList() string {
 	s := make([]string, len(states))

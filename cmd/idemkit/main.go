@@ -12,8 +12,9 @@
 // $XDG_STATE_HOME/idemkit/queue.db (~/.local/state/idemkit/queue.db).
 //
 // Exit status (see exitHelp): 0 done, 1 usage or local error, 2 interrupted
-// with work left, 3 a definitive failure of this run's intents, 4 an intent
-// of this run expired (outcome unknown), 130 SIGINT.
+// with work left, 3 a definitive failure of this run's intents, 4 the
+// outcome of an intent of this run is unknown (unknown or expired), 130
+// SIGINT.
 package main
 
 import (
@@ -24,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -37,7 +39,7 @@ const (
 	exitError       = 1 // a usage error, or a local one (queue file, flags, network setup)
 	exitInterrupted = 2 // stopped (SIGTERM, --timeout, --max-attempts) with work left
 	exitFailed      = 3 // an intent of this run ended failed or canceled, or its key was reused
-	exitExpired     = 4 // an intent of this run expired: the outcome is unknown
+	exitExpired     = 4 // an intent of this run ended unknown or expired: the outcome is unknown
 	exitSIGINT      = 130
 )
 
@@ -48,7 +50,10 @@ const exitHelp = `Exit status:
   2    interrupted (SIGTERM, --timeout, --max-attempts) with work left: it stays queued
   3    definitive failure: an intent ended failed (a 4xx, a key reused with a different
        request, here or on the server) or canceled
-  4    expired: the retry horizon passed without a definitive answer (outcome unknown)
+  4    outcome unknown: an intent ended "unknown" (an attempt's answer was lost and a later
+       answer, such as a 401 or a proxy's error page, says nothing about it) or "expired"
+       (the retry horizon passed without a definitive answer). It may have taken effect:
+       reconcile with the server; 'idemkit retry' refuses it (a new key could do it twice)
   130  SIGINT (Ctrl-C); work left stays queued`
 
 // queueEnv names the queue file when --queue is not given.
@@ -76,6 +81,8 @@ var (
 
 func main() {
 	ctx, cancel := context.WithCancelCause(context.Background())
+	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv,
+		stdoutTTY: isTerminal(os.Stdout), stderrTTY: isTerminal(os.Stderr)}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {
@@ -85,12 +92,12 @@ func main() {
 		} else {
 			cancel(errSIGTERM)
 		}
-		// A second signal does not wait for the clean stop.
+		// A second signal does not wait for the clean stop, but what must
+		// be said (the intent that stays queued, how to resume it) is.
 		<-sigs
+		e.sayLastWords()
 		os.Exit(exitSIGINT)
 	}()
-	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv,
-		stdoutTTY: isTerminal(os.Stdout), stderrTTY: isTerminal(os.Stderr)}
 	os.Exit(e.run(ctx, os.Args[1:]))
 }
 
@@ -104,6 +111,43 @@ type env struct {
 	// pipe gets the body byte for byte); stderrTTY makes progress lines
 	// redraw in place.
 	stdoutTTY, stderrTTY bool
+
+	// lastWords, if set, is what must be printed even when a second signal
+	// exits at once (do: the intent id and the resume command); said
+	// records that it was printed, by either path.
+	wordsMu   sync.Mutex
+	lastWords func() string
+	said      bool
+}
+
+// setLastWords sets what sayLastWords prints.
+func (e *env) setLastWords(f func() string) {
+	e.wordsMu.Lock()
+	defer e.wordsMu.Unlock()
+	e.lastWords = f
+}
+
+// sayLastWords prints the last words on stderr, once.
+func (e *env) sayLastWords() {
+	e.wordsMu.Lock()
+	defer e.wordsMu.Unlock()
+	if e.said || e.lastWords == nil {
+		return
+	}
+	e.said = true
+	printErr(e.stderr, errors.New(e.lastWords()))
+}
+
+// sayInstead prints err on stderr in place of the last words, unless a
+// second signal printed those already: under the same lock, so a second
+// signal arriving meanwhile waits for it to be written before it exits.
+func (e *env) sayInstead(err error) {
+	e.wordsMu.Lock()
+	defer e.wordsMu.Unlock()
+	if !e.said {
+		printErr(e.stderr, err)
+	}
+	e.said = true
 }
 
 // run executes the command line args and returns the exit status. A
@@ -147,10 +191,10 @@ func exitCode(err error) int {
 
 // outcomeCode is the exit status of an SDK error: 3 for a definitive
 // failure (a server 422 and a key reused in the local queue alike), 4 for
-// an expired intent, 1 otherwise.
+// an intent whose outcome is unknown (unknown, expired), 1 otherwise.
 func outcomeCode(err error) int {
 	switch {
-	case errors.Is(err, idemkit.StateExpired):
+	case errors.Is(err, idemkit.StateExpired), errors.Is(err, idemkit.StateUnknown):
 		return exitExpired
 	case errors.Is(err, idemkit.ErrKeyReused), errors.Is(err, idemkit.StateFailed), errors.Is(err, idemkit.StateCanceled):
 		return exitFailed

@@ -30,10 +30,17 @@ type intentJSON struct {
 	Method         string     `json:"method"`
 	URL            string     `json:"url"`
 	FirstAttemptAt *time.Time `json:"first_attempt_at,omitempty"`
-	Horizon        *time.Time `json:"horizon,omitempty"`
-	CreatedAt      time.Time  `json:"created_at"`
-	UpdatedAt      time.Time  `json:"updated_at"`
-	Header         any        `json:"header,omitempty"`
+	// LeasedUntil, HolderPID and HolderHost name the process holding the
+	// intent's lease, while one does.
+	LeasedUntil *time.Time `json:"leased_until,omitempty"`
+	HolderPID   int        `json:"holder_pid,omitempty"`
+	HolderHost  string     `json:"holder_host,omitempty"`
+	// Unanswered is the first attempt whose answer was lost, if any.
+	Unanswered int        `json:"unanswered_attempt,omitempty"`
+	Horizon    *time.Time `json:"horizon,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	Header     any        `json:"header,omitempty"`
 	// CredentialHeaders names the credential headers the request had
 	// (never their values: they are not stored).
 	CredentialHeaders []string      `json:"credential_headers,omitempty"`
@@ -84,6 +91,7 @@ func toJSON(in *idemkit.Intent) *intentJSON {
 		ID: in.ID, Key: in.Key, State: string(in.State), Method: in.Method, URL: in.URL,
 		Attempts: in.Attempts, CreatedAt: in.CreatedAt.UTC(), UpdatedAt: in.UpdatedAt.UTC(), LastError: in.LastError,
 		FirstAttemptAt: timePtr(in.FirstAttemptAt), Horizon: timePtr(in.Horizon),
+		LeasedUntil: timePtr(in.LeasedUntil), HolderPID: in.HolderPID, HolderHost: in.HolderHost, Unanswered: in.Unanswered,
 	}
 	if in.State == idemkit.StatePending {
 		j.NextAttemptAt = timePtr(in.NextAttemptAt)
@@ -191,6 +199,9 @@ func summary(in *idemkit.Intent) string {
 			b.WriteString(" (answered from the server's idempotency store: the effect happened once, earlier)")
 		}
 	}
+	if in.State == idemkit.StateUnknown {
+		b.WriteString(" (outcome unknown: an earlier attempt's answer was lost and this answer says nothing about it; it may have taken effect: reconcile with the server, never retry under a new key)")
+	}
 	if in.State == idemkit.StateExpired {
 		b.WriteString(" (outcome unknown: it may or may not have taken effect; reconcile with the server)")
 	}
@@ -206,15 +217,24 @@ func summary(in *idemkit.Intent) string {
 }
 
 // resultCode is the exit status an intent's state asks for: 0 succeeded
-// or pending, 3 failed or canceled, 4 expired.
+// or pending, 3 failed or canceled, 4 unknown or expired (the outcome is
+// unknown).
 func resultCode(in *idemkit.Intent) int {
 	switch in.State {
 	case idemkit.StateFailed, idemkit.StateCanceled:
 		return exitFailed
-	case idemkit.StateExpired:
+	case idemkit.StateExpired, idemkit.StateUnknown:
 		return exitExpired
 	}
 	return exitOK
+}
+
+// holder names the process holding an intent's lease: "pid 4242 on host".
+func holder(in *idemkit.Intent) string {
+	if in.HolderPID == 0 {
+		return "a process not named (an older client)"
+	}
+	return fmt.Sprintf("pid %d on %s", in.HolderPID, in.HolderHost)
 }
 
 // shortID is the last 8 characters of an id, enough for show and cancel.

@@ -24,9 +24,13 @@ func newProgress(w io.Writer, tty bool) *progress { return &progress{w: w, tty: 
 
 // countsLine is the progress text.
 func countsLine(counts map[idemkit.IntentState]int) string {
-	return fmt.Sprintf("%d pending, %d succeeded, %d failed, %d expired, %d canceled",
+	line := fmt.Sprintf("%d pending, %d succeeded, %d failed, %d expired, %d canceled",
 		counts[idemkit.StatePending], counts[idemkit.StateSucceeded], counts[idemkit.StateFailed],
 		counts[idemkit.StateExpired], counts[idemkit.StateCanceled])
+	if n := counts[idemkit.StateUnknown]; n > 0 {
+		line += fmt.Sprintf(", %d outcome unknown", n)
+	}
+	return line
 }
 
 // update shows line if it changed.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -46,7 +47,8 @@ func (f *requestFlags) request(stdin io.Reader) (*idemkit.Request, error) {
 	return &idemkit.Request{Method: f.method, URL: f.url, Header: h, Body: body, Key: f.key}, nil
 }
 
-// parseHeaders parses curl-style 'Name: value' headers.
+// parseHeaders parses curl-style 'Name: value' headers. A value that is
+// a placeholder (see placeholder) is refused: nothing is sent with it.
 func parseHeaders(lines []string) (http.Header, error) {
 	h := http.Header{}
 	for _, l := range lines {
@@ -55,9 +57,62 @@ func parseHeaders(lines []string) (http.Header, error) {
 		if !ok || name == "" {
 			return nil, usagef("header %q: want 'Name: value'", l)
 		}
-		h.Add(name, strings.TrimSpace(value))
+		value = strings.TrimSpace(value)
+		if why := placeholder(name, value); why != "" {
+			return nil, usagef("-H %s: %s, not a value: nothing was sent. Set %s to the %s header's value (it is never stored) and give -H \"%s: $%s\"",
+				name, why, credEnv(name), http.CanonicalHeaderKey(name), http.CanonicalHeaderKey(name), credEnv(name))
+		}
+		h.Add(name, value)
 	}
 	return h, nil
+}
+
+// placeholder says why a header value is a placeholder rather than a
+// value ("" if it is not): the "…" of a hint, an environment variable the
+// shell did not expand, or an empty credential (the variable was unset).
+// Sent, a placeholder credential gets a 401 that says nothing about an
+// earlier attempt.
+func placeholder(name, value string) string {
+	switch {
+	case strings.Contains(value, "…"), value == "...", strings.HasSuffix(value, " ..."):
+		return fmt.Sprintf("%q is a placeholder", value)
+	case unexpanded(value):
+		return fmt.Sprintf("%q holds an environment variable the shell did not expand", value)
+	case value == "" && isCredential(name):
+		return "the value is empty (is the environment variable set?)"
+	}
+	return ""
+}
+
+// unexpandedVar is a shell variable reference left as text ($NAME, ${NAME}).
+var unexpandedVar = regexp.MustCompile(`^\$\{?[A-Za-z_][A-Za-z0-9_]*\}?$`)
+
+// unexpanded reports whether a word of value is a shell variable reference
+// left as text (the hint pasted in single quotes, or into a shell that
+// does not expand it).
+func unexpanded(value string) bool {
+	for _, w := range strings.Fields(value) {
+		if unexpandedVar.MatchString(w) {
+			return true
+		}
+	}
+	return false
+}
+
+// isCredential reports whether the header is one of credentialNames.
+func isCredential(name string) bool {
+	for _, n := range credentialNames {
+		if strings.EqualFold(n, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// credEnv is the environment variable a resume command reads a credential
+// header's value from: IDEMKIT_ and the name, upper case, '-' as '_'.
+func credEnv(name string) string {
+	return "IDEMKIT_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
 func readData(data string, stdin io.Reader) ([]byte, error) {
@@ -110,7 +165,7 @@ type sendFlags struct {
 }
 
 // profileNames are the names KnownProfile knows.
-var profileNames = []string{"idemkit", "ietf", "stripe", "adyen", "checkout", "paypal"}
+var profileNames = []string{"idemkit", "ietf", "stripe", "stripe-v2", "adyen", "checkout", "paypal"}
 
 func (f *sendFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 0, "stop after this long (0: no limit); work left stays queued (exit 2)")
@@ -188,8 +243,9 @@ func (f *sendFlags) config(t *tracker, hook func(*http.Request) error) *idemkit.
 }
 
 // resumeHint is the command that resumes the queued work: the queue, the
-// window, and a placeholder for every credential header it needs (never
-// the value).
+// window, and for every credential header it needs a reference to an
+// environment variable (credEnv), never a value: pasted unchanged, it sends
+// the variable's value, or (unset) is refused by parseHeaders.
 func resumeHint(queue string, window time.Duration, host string, creds []string) string {
 	parts := []string{"idemkit", "run", "--queue", shellQuote(queue), "--until-done"}
 	if window > 0 {
@@ -198,10 +254,16 @@ func resumeHint(queue string, window time.Duration, host string, creds []string)
 	if host != "" && len(creds) > 0 {
 		parts = append(parts, "--host", shellQuote(host))
 	}
+	var vars []string
 	for _, c := range creds {
-		parts = append(parts, "-H", shellQuote(c+": …"))
+		parts = append(parts, "-H", `"`+c+": $"+credEnv(c)+`"`)
+		vars = append(vars, credEnv(c))
 	}
-	return strings.Join(parts, " ")
+	hint := strings.Join(parts, " ")
+	if len(vars) > 0 {
+		hint += "\n  (set " + strings.Join(vars, ", ") + " to the header's value first: credentials are never stored)"
+	}
+	return hint
 }
 
 // shellQuote quotes s for a POSIX shell when it needs it.

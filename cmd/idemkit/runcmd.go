@@ -194,8 +194,12 @@ func (r *runner) printEnded(in *idemkit.Intent) error {
 	}
 	r.p.println(r.e.stdout, summary(in))
 	if in.Outcome != nil && (in.Outcome.Status == http.StatusUnauthorized || in.Outcome.Status == http.StatusForbidden) && r.scope == nil {
-		r.p.println(r.e.stderr, fmt.Sprintf("idemkit: %s: the server answered %s and this run sent no credentials: credential headers are never stored; give them with -H 'Authorization: …' (then 'idemkit retry %s')",
-			shortID(in.ID), statusText(in.Outcome.Status), shortID(in.ID)))
+		next := "idemkit retry " + shortID(in.ID)
+		if in.State == idemkit.StateUnknown {
+			next = "idemkit retry --same-key " + shortID(in.ID) // a new key could charge twice
+		}
+		r.p.println(r.e.stderr, fmt.Sprintf("idemkit: %s: the server answered %s and this run sent no credentials: credential headers are never stored; give them with -H (then '%s')",
+			shortID(in.ID), statusText(in.Outcome.Status), next))
 	}
 	return nil
 }
@@ -221,7 +225,7 @@ func (r *runner) warnMissingCredentials(ctx context.Context, h http.Header) erro
 		}
 		flags := make([]string, len(missing))
 		for i, m := range missing {
-			flags[i] = "-H " + shellQuote(m+": …")
+			flags[i] = "-H \"" + m + ": $" + credEnv(m) + "\""
 		}
 		fmt.Fprintf(r.e.stderr, "idemkit: %s was queued with %s, which this run does not send (never stored): give %s, or expect a 401/403\n",
 			shortID(in.ID), strings.Join(missing, ", "), strings.Join(flags, " "))
@@ -348,7 +352,7 @@ func (r *runner) untilDone(ctx context.Context, all bool) error {
 
 	var judged []*idemkit.Intent
 	if all {
-		for _, s := range []idemkit.IntentState{idemkit.StateFailed, idemkit.StateExpired, idemkit.StateCanceled} {
+		for _, s := range []idemkit.IntentState{idemkit.StateFailed, idemkit.StateUnknown, idemkit.StateExpired, idemkit.StateCanceled} {
 			list, err := listAll(setup, r.c, s)
 			if err != nil && !isCorrupt(err) {
 				return err
@@ -402,7 +406,7 @@ func (r *runner) untilDone(ctx context.Context, all bool) error {
 	case damageErr != nil:
 		return fmt.Errorf("%d pending intent(s) cannot be sent: %w", damaged, damageErr)
 	case expired > 0:
-		return &statusError{code: exitExpired, err: fmt.Errorf("%d %s expired without a definitive answer (outcome unknown: reconcile them with the server), %d ended failed or canceled", expired, scope, failed)}
+		return &statusError{code: exitExpired, err: fmt.Errorf("%d %s ended with their outcome unknown (unknown or expired: they may have taken effect; reconcile them with the server, never retry them under a new key), %d ended failed or canceled", expired, scope, failed)}
 	case failed > 0:
 		return &statusError{code: exitFailed, err: fmt.Errorf("%d %s ended failed or canceled", failed, scope)}
 	case len(exhausted) > 0:

@@ -53,6 +53,12 @@ With --json: one object, the ls fields plus header, body, outcome and attempt_lo
 			if in.State == idemkit.StatePending {
 				fmt.Fprintf(w, "Next try:    %s\n", fmtTime(in.NextAttemptAt))
 			}
+			if !in.LeasedUntil.IsZero() {
+				fmt.Fprintf(w, "Leased by:   %s until %s (a holder on this host that died is taken over by the next run)\n", holder(in), fmtTime(in.LeasedUntil))
+			}
+			if in.Unanswered > 0 {
+				fmt.Fprintf(w, "Unanswered:  attempt %d got no answer (it may have reached the server)\n", in.Unanswered)
+			}
 			if le := lastError(in); le != "" {
 				if real := withAttemptError(in, log).LastError; real != le {
 					le = fmt.Sprintf("%s (then: %s)", real, le)

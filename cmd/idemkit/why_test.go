@@ -179,7 +179,7 @@ func TestErrors_InWords(t *testing.T) {
 
 	r = runBin(t, vars, "", "ls", "--state", "done")
 	require.Equal(t, exitError, r.code)
-	require.Equal(t, `idemkit: --state "done": want one of pending, succeeded, failed, expired, canceled`+"\n", r.stderr)
+	require.Equal(t, `idemkit: --state "done": want one of pending, succeeded, failed, unknown, expired, canceled`+"\n", r.stderr)
 	r = runBin(t, vars, "", "show", "nope")
 	require.Equal(t, exitError, r.code)
 	require.Contains(t, r.stderr, `no intent with id, id prefix, short id or key "nope"`)

@@ -50,7 +50,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	c, err := idemkit.Open(ctx, *queue, &idemkit.Config{
-		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		// INFO: a line per state change (an intent ended, a host down or
+		// back, a dead agent's intent taken over); never a key or a token.
+		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		SendHookFunc: func(_ string, r *http.Request) error {
 			r.Header.Set("Authorization", "Bearer "+*token)
 			return nil
@@ -81,8 +83,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// Drain returns once nothing is left to send soon; with the API down it
 	// keeps retrying (short waits) until ctx ends.
 	counts, err := c.Drain(ctx)
-	fmt.Fprintf(stdout, "agent: drained: %d succeeded, %d failed, %d expired, %d pending\n",
-		counts[idemkit.StateSucceeded], counts[idemkit.StateFailed], counts[idemkit.StateExpired], counts[idemkit.StatePending])
+	fmt.Fprintf(stdout, "agent: drained: %d succeeded, %d failed, %d unknown, %d expired, %d pending\n",
+		counts[idemkit.StateSucceeded], counts[idemkit.StateFailed], counts[idemkit.StateUnknown], counts[idemkit.StateExpired], counts[idemkit.StatePending])
 	if err != nil {
 		return err
 	}
@@ -105,5 +107,15 @@ func report(w io.Writer, e idemkit.Event) {
 		}
 	case idemkit.EventEnded:
 		fmt.Fprintf(w, "agent: %s ended %s after %d attempt(s)\n", e.Key, e.State, e.Attempt)
+	case idemkit.EventHostDown:
+		fmt.Fprintf(w, "agent: %s is down (%s): payments wait\n", e.Host, e.Reason)
+	case idemkit.EventProbing:
+		fmt.Fprintf(w, "agent: probing %s at %s\n", e.Host, e.Next.Format("15:04:05.000"))
+	case idemkit.EventHostBack:
+		fmt.Fprintf(w, "agent: %s is back\n", e.Host)
+	case idemkit.EventProgress:
+		fmt.Fprintf(w, "agent: queue: %d pending, %d succeeded, %d failed, %d unknown, %d expired\n",
+			e.Counts[idemkit.StatePending], e.Counts[idemkit.StateSucceeded], e.Counts[idemkit.StateFailed],
+			e.Counts[idemkit.StateUnknown], e.Counts[idemkit.StateExpired])
 	}
 }

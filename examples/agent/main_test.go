@@ -168,3 +168,49 @@ func TestAgent_OfflineKilledAndRestartedChargesOnce(t *testing.T) {
 		require.Equal(t, 1, descs[fmt.Sprintf("order %d", i)], "order %d", i)
 	}
 }
+
+// TestAgent_KilledMidPaymentResumesAtOnce: the agent is SIGKILLed while
+// its payments are in flight (one, then four); restarted, Drain takes the
+// dead agent's intents over at once instead of returning with them
+// pending for the rest of the lease: every order succeeds, once.
+func TestAgent_KilledMidPaymentResumesAtOnce(t *testing.T) {
+	for _, orders := range []int{1, 4} {
+		t.Run(fmt.Sprint(orders), func(t *testing.T) {
+			started := make(chan string, 64)
+			app, err := paymentsapi.Open(context.Background(), &paymentsapi.Config{
+				DB: filepath.Join(t.TempDir(), "payments.db"), Delay: 3 * time.Second, SweepInterval: -1,
+				Logger:            slog.New(slog.DiscardHandler),
+				OnChargeStartFunc: func(_, key string) { started <- key },
+			})
+			require.NoError(t, err)
+			srv := httptest.NewServer(app.Handler())
+			t.Cleanup(func() {
+				srv.Close()
+				app.Close()
+			})
+			args := []string{"--queue", filepath.Join(t.TempDir(), "agent.db"), "--api", srv.URL, "--orders", fmt.Sprint(orders)}
+
+			first := startAgent(t, args...)
+			for range orders {
+				select {
+				case <-started:
+				case <-time.After(30 * time.Second):
+					t.Fatal("the charges did not all start")
+				}
+			}
+			first.kill(t)
+
+			second := startAgent(t, args...)
+			second.waitLine(t, "drained:")
+			go func() {
+				for range second.lines {
+				}
+			}()
+			require.NoError(t, <-second.done, "the restarted agent gets every payment through")
+			second.done <- nil
+			payments, err := app.Payments(context.Background(), "alice")
+			require.NoError(t, err)
+			require.Len(t, payments, orders, "one payment per order")
+		})
+	}
+}
