@@ -76,6 +76,13 @@ func requireCells(t *testing.T, r *report, section, scenario string, modes []str
 			} else if _, ok := baselineOf[section]; ok {
 				require.Positive(t, x.Ratio)
 			}
+			if m == referenceOf[section] {
+				require.InDelta(t, 1.0, x.RatioReference, 1e-9)
+			} else if _, ok := referenceOf[section]; ok {
+				require.Positive(t, x.RatioReference)
+			} else {
+				require.Zero(t, x.RatioReference)
+			}
 			n := 0
 			for _, s := range r.Summary {
 				if s.Section == section && s.Scenario == scenario && s.Mode == m && s.Clients == c {
@@ -96,8 +103,8 @@ func TestShortRun_ServerAndSweepPassEveryCheck(t *testing.T) {
 	_, err := run(context.Background(), cfg, &table, io.Discard)
 	require.NoError(t, err)
 	r := readReport(t, cfg.Out)
-	requireCells(t, r, "server", scenarioNewKey, []string{baselineMode, "transactional", "lease", "bare"}, cfg.Clients)
-	requireCells(t, r, "server", scenarioReplay, []string{baselineMode, "transactional", "lease"}, cfg.Clients)
+	requireCells(t, r, "server", scenarioNewKey, []string{baselineMode, naiveMode, "transactional", "lease", "bare"}, cfg.Clients)
+	requireCells(t, r, "server", scenarioReplay, []string{baselineMode, naiveMode, "transactional", "lease"}, cfg.Clients)
 	for _, c := range r.Cells {
 		require.False(t, c.Section == "server" && c.Scenario == scenarioReplay && c.Mode == "bare", "the bare insert has no replay")
 	}
@@ -269,17 +276,17 @@ func TestFlags_DescribeTheRun(t *testing.T) {
 	}
 }
 
-// -modes keeps the baseline whatever it names, and refuses a mode that
+// -modes keeps the baselines whatever it names, and refuses a mode that
 // does not exist rather than run a comparison without it.
 func TestSelectModes_KeepsTheBaseline(t *testing.T) {
 	t.Parallel()
-	modes := []serverMode{{name: baselineMode}, {name: "transactional"}, {name: "lease"}}
+	modes := []serverMode{{name: baselineMode}, {name: naiveMode}, {name: "transactional"}, {name: "lease"}}
 	all, err := selectModes(modes, nil)
 	require.NoError(t, err)
-	require.Len(t, all, 3)
+	require.Len(t, all, 4)
 	kept, err := selectModes(modes, []string{"lease"})
 	require.NoError(t, err)
-	require.Equal(t, []string{baselineMode, "lease"}, []string{kept[0].name, kept[1].name})
+	require.Equal(t, []string{baselineMode, naiveMode, "lease"}, []string{kept[0].name, kept[1].name, kept[2].name})
 	_, err = selectModes(modes, []string{"lease", "leese"})
 	require.ErrorContains(t, err, `unknown server mode "leese"`)
 }

@@ -14,7 +14,9 @@ import (
 )
 
 // reportVersion is the version of the JSON report's shape.
-const reportVersion = 1
+// Version 2: the server baseline is the batched hand-written POST; the
+// naive one is the reference of ratio_to_reference.
+const reportVersion = 2
 
 // report is the JSON output of a run that passed every check.
 type report struct {
@@ -84,6 +86,10 @@ type cell struct {
 	// Ratio is OpsPerSec over the baseline's in the same round, scenario
 	// and client count (0 where there is no baseline: the sweep).
 	Ratio float64 `json:"ratio_to_baseline"`
+	// RatioReference is OpsPerSec over the second reference's (the naive
+	// hand-written POST) in the same round, scenario and client count (0
+	// where the section has none).
+	RatioReference float64 `json:"ratio_to_reference"`
 }
 
 // summary is the median over rounds of one mode at one client count.
@@ -99,7 +105,8 @@ type summary struct {
 	CPUMicrosPerOpProcess float64 `json:"cpu_us_per_op_process"`
 	CPUMicrosPerOpHost    float64 `json:"cpu_us_per_op_host"`
 	AllocsPerOpProcess    float64 `json:"allocs_per_op_process"`
-	Ratio                 float64 `json:"ratio_to_baseline"` // median of the per-round ratios
+	Ratio                 float64 `json:"ratio_to_baseline"`  // median of the per-round ratios
+	RatioReference        float64 `json:"ratio_to_reference"` // median of the per-round ratios
 }
 
 type sweepResult struct {
@@ -189,6 +196,9 @@ func (r *report) add(c cell) { r.Cells = append(r.Cells, c) }
 // baselineOf names the mode each section's ratios are taken against.
 var baselineOf = map[string]string{"server": baselineMode, "client": clientBaseline}
 
+// referenceOf names the mode of each section's second ratio, if it has one.
+var referenceOf = map[string]string{"server": naiveMode}
+
 type groupKey struct {
 	section, scenario string
 	clients, round    int
@@ -199,15 +209,23 @@ type groupKey struct {
 func (r *report) finish() {
 	r.Finished = time.Now().UTC()
 	r.Machine.LoadAvgFinish = loadAvg()
-	base := map[groupKey]float64{}
+	base, ref := map[groupKey]float64{}, map[groupKey]float64{}
 	for _, c := range r.Cells {
+		k := groupKey{c.Section, c.Scenario, c.Clients, c.Round}
 		if b, ok := baselineOf[c.Section]; ok && c.Mode == b {
-			base[groupKey{c.Section, c.Scenario, c.Clients, c.Round}] = c.OpsPerSec
+			base[k] = c.OpsPerSec
+		}
+		if b, ok := referenceOf[c.Section]; ok && c.Mode == b {
+			ref[k] = c.OpsPerSec
 		}
 	}
 	for i, c := range r.Cells {
-		if b := base[groupKey{c.Section, c.Scenario, c.Clients, c.Round}]; b > 0 {
+		k := groupKey{c.Section, c.Scenario, c.Clients, c.Round}
+		if b := base[k]; b > 0 {
 			r.Cells[i].Ratio = c.OpsPerSec / b
+		}
+		if b := ref[k]; b > 0 {
+			r.Cells[i].RatioReference = c.OpsPerSec / b
 		}
 	}
 	type sumKey struct {
@@ -242,6 +260,7 @@ func (r *report) finish() {
 			CPUMicrosPerOpHost:    pick(func(c cell) float64 { return c.CPUMicrosPerOpHost }),
 			AllocsPerOpProcess:    pick(func(c cell) float64 { return c.AllocsPerOpProcess }),
 			Ratio:                 pick(func(c cell) float64 { return c.Ratio }),
+			RatioReference:        pick(func(c cell) float64 { return c.RatioReference }),
 		})
 	}
 	// Group by section and scenario, in the order they were run.
@@ -278,7 +297,7 @@ func (r *report) writeJSON(path string) error {
 // writeTable prints the summary as Markdown tables, one per section and
 // scenario.
 func (r *report) writeTable(w io.Writer) {
-	fmt.Fprintf(w, "\n%d round(s) × %.1f s per cell; %d CPUs (%s), %s; medians over rounds; ratio = ops/s over the baseline's in the same round\n",
+	fmt.Fprintf(w, "\n%d round(s) × %.1f s per cell; %d CPUs (%s), %s; medians over rounds; ratio = ops/s over the baseline's in the same round (ratio to reference: over the reference's); allocs/op count the whole process, load generator included\n",
 		r.Settings.Rounds, r.Settings.CellSeconds, r.Machine.NProc, r.Machine.CPUModel, r.Machine.GoVersion)
 	fmt.Fprintf(w, "load average %s at the start, %s at the end\n", r.Machine.LoadAvgStart, r.Machine.LoadAvgFinish)
 	if r.Machine.Postgres != "" {
@@ -288,15 +307,13 @@ func (r *report) writeTable(w io.Writer) {
 	for _, s := range r.Summary {
 		if g := s.Section + " " + s.Scenario; g != last {
 			last = g
-			fmt.Fprintf(w, "\n%s, %s (baseline: %s)\n\n", s.Section, s.Scenario, cmp.Or(baselineOf[s.Section], "none"))
-			fmt.Fprintln(w, "| mode | clients | ops/s | ratio | p50 | p99 | CPU µs/op process | CPU µs/op host | allocs/op process |")
-			fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+			fmt.Fprintf(w, "\n%s, %s (baseline: %s; reference: %s)\n\n", s.Section, s.Scenario,
+				cmp.Or(baselineOf[s.Section], "none"), cmp.Or(referenceOf[s.Section], "none"))
+			fmt.Fprintln(w, "| mode | clients | ops/s | ratio | ratio to reference | p50 | p99 | CPU µs/op process | CPU µs/op host | allocs/op process |")
+			fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 		}
-		ratio := "—"
-		if s.Ratio > 0 {
-			ratio = fmt.Sprintf("%.2f", s.Ratio)
-		}
-		fmt.Fprintf(w, "| %s | %d | %.0f | %s | %s | %s | %.0f | %.0f | %.0f |\n", s.Mode, s.Clients, s.OpsPerSec, ratio,
+		fmt.Fprintf(w, "| %s | %d | %.0f | %s | %s | %s | %s | %.0f | %.0f | %.0f |\n", s.Mode, s.Clients, s.OpsPerSec,
+			ratioText(s.Ratio), ratioText(s.RatioReference),
 			micros(s.P50Micros), micros(s.P99Micros), s.CPUMicrosPerOpProcess, s.CPUMicrosPerOpHost, s.AllocsPerOpProcess)
 	}
 	if sw := r.Sweep; sw != nil {
@@ -304,6 +321,14 @@ func (r *report) writeTable(w io.Writer) {
 			sw.Deleted, sw.SweepSeconds, sw.Clients, micros(sw.P99MicrosWithout), micros(sw.P99MicrosDuring), sw.P99Ratio)
 	}
 	fmt.Fprintf(w, "\nchecks passed: %s\n", strings.Join(r.Checks, "; "))
+}
+
+// ratioText is a ratio with two decimals, or "—" where there is none.
+func ratioText(r float64) string {
+	if r <= 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f", r)
 }
 
 func micros(us float64) string {

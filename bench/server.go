@@ -25,10 +25,12 @@ import (
 	"github.com/idemkit/idemkit/server/pgstore"
 )
 
-// The server modes. baselineMode is the hand-written idempotent POST every
-// other mode is compared with in the same round.
+// The server modes. baselineMode is the batched hand-written idempotent
+// POST every other mode is compared with in the same round; naiveMode, the
+// unbatched one, is the second reference.
 const (
-	baselineMode = "handwritten"
+	baselineMode = "batched"
+	naiveMode    = "handwritten"
 	headerCell   = "X-Bench-Cell"
 	headerAcct   = "X-Account"
 	requestBody  = `{"amount":4000,"currency":"eur"}`
@@ -67,7 +69,7 @@ CREATE TABLE bench_payments (
     created_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX bench_payments_cell_idx ON bench_payments (cell);
--- The hand-written baseline's own idempotency table.
+-- The hand-written baselines' own idempotency tables.
 CREATE TABLE handwritten_keys (
     principal   text        NOT NULL,
     key         text        NOT NULL,
@@ -77,7 +79,8 @@ CREATE TABLE handwritten_keys (
     created_at  timestamptz NOT NULL DEFAULT now(),
     expires_at  timestamptz NOT NULL,
     PRIMARY KEY (principal, key)
-);`
+);
+CREATE TABLE batched_keys (LIKE handwritten_keys INCLUDING ALL);`
 
 // newPgEnv creates a schema of its own on cfg.DSN (dropped by close), the
 // idemkit store and the benchmark tables in it, and serves every mode on
@@ -164,15 +167,16 @@ func newPgEnv(ctx context.Context, cfg config) (env *pgEnv, err error) {
 	return env, nil
 }
 
-// selectModes keeps the baseline and the modes named (all when names is
-// empty), failing on a name that is no mode.
+// selectModes keeps the baselines (the batched and the naive hand-written
+// POST) and the modes named (all when names is empty), failing on a name
+// that is no mode.
 func selectModes(modes []serverMode, names []string) ([]serverMode, error) {
 	if len(names) == 0 {
 		return modes, nil
 	}
 	var kept []serverMode
 	for _, m := range modes {
-		if m.name == baselineMode || slices.Contains(names, m.name) {
+		if m.name == baselineMode || m.name == naiveMode || slices.Contains(names, m.name) {
 			kept = append(kept, m)
 		}
 	}
@@ -246,15 +250,16 @@ func defaultModes(env *pgEnv) ([]serverMode, error) {
 	}
 	onPool := func(*http.Request) execer { return pool }
 	return []serverMode{
-		{name: baselineMode, handler: &handwritten{pool: env.pool}, replays: true},
+		{name: baselineMode, handler: &batched{pool: env.pool}, replays: true},
+		{name: naiveMode, handler: &handwritten{pool: env.pool}, replays: true},
 		{name: "transactional", handler: txMW.Wrap(paymentHandler("transactional", onTx)), replays: true},
 		{name: "lease", handler: leaseMW.Wrap(paymentHandler("lease", onPool)), replays: true},
 		{name: "bare", handler: paymentHandler("bare", onPool), replays: false},
 	}, nil
 }
 
-// handwritten is the idempotent POST as one writes it by hand with pgx, the
-// baseline: one transaction of BEGIN, the claim (INSERT ... ON CONFLICT DO
+// handwritten is the idempotent POST as one writes it naively by hand with
+// pgx, the second reference: one transaction of BEGIN, the claim (INSERT ... ON CONFLICT DO
 // NOTHING RETURNING), the effect insert, the response UPDATE and COMMIT — five
 // round trips for a new key. When the claim returns no row the key exists:
 // one SELECT of the stored response in the same transaction, then ROLLBACK
@@ -312,7 +317,7 @@ VALUES ($1, $2, $3, now() + interval '24 hours') ON CONFLICT DO NOTHING RETURNIN
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	resp, err := payment(ctx, tx, baselineMode, r, body)
+	resp, err := payment(ctx, tx, naiveMode, r, body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
