@@ -243,7 +243,7 @@ func TestFlags_DescribeTheRun(t *testing.T) {
 	}{
 		{args: nil, check: func(t *testing.T, c config) {
 			require.Equal(t, []int{1, 8, 32}, c.Clients)
-			require.True(t, c.Server && c.Client && c.Sweep)
+			require.True(t, c.Server && c.Client && c.Sweep && c.MySQL)
 			require.Equal(t, 3, c.Rounds)
 			require.Equal(t, 10*time.Second, c.Duration)
 			require.Equal(t, 1_000_000, c.SweepRows)
@@ -255,7 +255,12 @@ func TestFlags_DescribeTheRun(t *testing.T) {
 		{args: []string{"-clients", "2, 4", "-sections", "client"}, check: func(t *testing.T, c config) {
 			require.Equal(t, []int{2, 4}, c.Clients)
 			require.True(t, c.Client)
-			require.False(t, c.Server || c.Sweep)
+			require.False(t, c.Server || c.Sweep || c.MySQL)
+		}},
+		{args: []string{"-sections", "mysql", "-mysql-dsn", "u@tcp(db:3306)/x"}, check: func(t *testing.T, c config) {
+			require.True(t, c.MySQL)
+			require.False(t, c.Server || c.Sweep || c.Client)
+			require.Equal(t, "u@tcp(db:3306)/x", c.MySQLDSN)
 		}},
 		{args: []string{"-clients", "0"}, wantErr: "-clients"},
 		{args: []string{"-sections", "server,disk"}, wantErr: "unknown section"},

@@ -41,6 +41,7 @@ import (
 // withDefaults.
 type config struct {
 	DSN         string        // PostgreSQL; the server and sweep sections need it
+	MySQLDSN    string        // MySQL/MariaDB (go-sql-driver form); the mysql section needs it
 	Out         string        // JSON report path; "" writes none
 	Rounds      int           // rounds of every section
 	Duration    time.Duration // length of one cell
@@ -51,6 +52,7 @@ type config struct {
 	Server      bool          // run the server section
 	Client      bool          // run the client (enqueue) section
 	Sweep       bool          // run the sweeper section
+	MySQL       bool          // run the mysql section (skipped when MySQLDSN is "")
 	SweepRows   int           // expired rows the sweep deletes
 	SweepCalls  int           // concurrent claimers during the sweep cells
 	Dir         string        // where the client section's SQLite files go
@@ -106,13 +108,14 @@ type cmdFlags struct {
 func bindFlags(fs *flag.FlagSet) *cmdFlags {
 	f := &cmdFlags{}
 	fs.StringVar(&f.cfg.DSN, "dsn", os.Getenv("IDEM_TEST_POSTGRES"), "PostgreSQL DSN (defaults to $IDEM_TEST_POSTGRES); the run uses a schema of its own and drops it")
+	fs.StringVar(&f.cfg.MySQLDSN, "mysql-dsn", os.Getenv("IDEM_TEST_MYSQL"), "MySQL/MariaDB DSN, go-sql-driver form (defaults to $IDEM_TEST_MYSQL); the run uses a database of its own and drops it; unset: the mysql section is skipped")
 	fs.StringVar(&f.cfg.Out, "out", "", "write the JSON report to this file")
 	fs.IntVar(&f.cfg.Rounds, "rounds", 3, "rounds; each round runs every cell once, modes in rotated order")
 	fs.DurationVar(&f.cfg.Duration, "duration", 10*time.Second, "length of one cell (one mode at one client count)")
 	fs.Int64Var(&f.cfg.MaxOps, "max-ops", 2_000_000, "upper bound of operations in one cell")
 	fs.StringVar(&f.clients, "clients", "1,8,32", "comma-separated concurrent clients (server) and callers (client)")
-	fs.IntVar(&f.cfg.Pool, "pool", 16, "PostgreSQL pool size")
-	fs.StringVar(&f.sections, "sections", "server,client,sweep", "comma-separated sections to run: server, client, sweep")
+	fs.IntVar(&f.cfg.Pool, "pool", 16, "pool size of each database (PostgreSQL, MySQL)")
+	fs.StringVar(&f.sections, "sections", "server,client,sweep,mysql", "comma-separated sections to run: server, client, sweep, mysql")
 	fs.IntVar(&f.cfg.SweepRows, "sweep-rows", 1_000_000, "expired rows the sweep deletes in the sweeper section")
 	fs.IntVar(&f.cfg.SweepCalls, "sweep-clients", 8, "concurrent claimers in the sweeper section")
 	fs.StringVar(&f.cfg.Dir, "dir", os.TempDir(), "directory for the client section's SQLite files (use a real disk, not tmpfs)")
@@ -146,9 +149,11 @@ func (f *cmdFlags) config() (config, error) {
 			cfg.Client = true
 		case "sweep":
 			cfg.Sweep = true
+		case "mysql":
+			cfg.MySQL = true
 		case "":
 		default:
-			return cfg, fmt.Errorf("-sections: unknown section %q (want server, client, sweep)", s)
+			return cfg, fmt.Errorf("-sections: unknown section %q (want server, client, sweep, mysql)", s)
 		}
 	}
 	if cfg.Rounds < 1 || cfg.Duration <= 0 || cfg.MaxOps < 1 || cfg.Pool < 1 || cfg.SweepRows < 1 || cfg.SweepCalls < 1 {
@@ -200,7 +205,7 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (*report, err
 		defer env.close()
 		rep.Machine.Postgres, rep.Settings.PostgresSchema = env.version, env.schema
 		if cfg.Server {
-			if err := runServer(ctx, cfg, env, rep, progress); err != nil {
+			if err := runServer(ctx, cfg, &env.target, rep, progress); err != nil {
 				return nil, fmt.Errorf("server section: %w", err)
 			}
 		}
@@ -208,6 +213,11 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (*report, err
 			if err := runSweep(ctx, cfg, env, rep, progress); err != nil {
 				return nil, fmt.Errorf("sweeper section: %w", err)
 			}
+		}
+	}
+	if cfg.MySQL {
+		if err := runMySQL(ctx, cfg, rep, progress); err != nil {
+			return nil, fmt.Errorf("mysql section: %w", err)
 		}
 	}
 	if cfg.Client {

@@ -29,6 +29,8 @@ type report struct {
 	Cells    []cell       `json:"cells"`
 	Summary  []summary    `json:"summary"`
 	Sweep    *sweepResult `json:"sweep,omitempty"`
+	// Skipped says which sections asked for were not run, and why.
+	Skipped []string `json:"skipped,omitempty"`
 }
 
 type machine struct {
@@ -38,6 +40,7 @@ type machine struct {
 	OS        string `json:"os"`
 	Arch      string `json:"arch"`
 	Postgres  string `json:"postgres,omitempty"`
+	MySQL     string `json:"mysql,omitempty"` // the server's VERSION()
 	// LoadAvg is /proc/loadavg when the run started and when it finished:
 	// a load well above nproc means the host was busy with something else.
 	LoadAvgStart  string `json:"loadavg_start,omitempty"`
@@ -51,6 +54,7 @@ type settings struct {
 	Clients         []int    `json:"clients"`
 	PostgresPool    int      `json:"postgres_pool"`
 	PostgresSchema  string   `json:"postgres_schema,omitempty"` // created for the run, dropped at its end
+	MySQLDatabase   string   `json:"mysql_database,omitempty"`  // created for the run, dropped at its end
 	Sections        []string `json:"sections"`
 	SweepRows       int      `json:"sweep_rows,omitempty"`
 	SweepClients    int      `json:"sweep_clients,omitempty"`
@@ -142,6 +146,10 @@ func newReport(cfg config) *report {
 		r.Settings.SweepRows, r.Settings.SweepClients = cfg.SweepRows, cfg.SweepCalls
 		r.Checks = append(r.Checks, checkNoErrors, checkSweepDeleted)
 	}
+	if cfg.MySQL {
+		r.Settings.Sections = append(r.Settings.Sections, "mysql")
+		r.Checks = append(r.Checks, checkNoErrors, checkOneEffect, checkReplayIdentical)
+	}
 	if cfg.Client {
 		r.Settings.Sections = append(r.Settings.Sections, "client")
 		r.Settings.ClientDirectory = cfg.Dir
@@ -194,7 +202,7 @@ func loadAvg() string {
 func (r *report) add(c cell) { r.Cells = append(r.Cells, c) }
 
 // baselineOf names the mode each section's ratios are taken against.
-var baselineOf = map[string]string{"server": baselineMode, "client": clientBaseline}
+var baselineOf = map[string]string{"server": baselineMode, "client": clientBaseline, "mysql": mysqlBaseline}
 
 // referenceOf names the mode of each section's second ratio, if it has one.
 var referenceOf = map[string]string{"server": naiveMode}
@@ -302,6 +310,12 @@ func (r *report) writeTable(w io.Writer) {
 	fmt.Fprintf(w, "load average %s at the start, %s at the end\n", r.Machine.LoadAvgStart, r.Machine.LoadAvgFinish)
 	if r.Machine.Postgres != "" {
 		fmt.Fprintf(w, "PostgreSQL %s, pool %d\n", r.Machine.Postgres, r.Settings.PostgresPool)
+	}
+	if r.Machine.MySQL != "" {
+		fmt.Fprintf(w, "MySQL %s, pool %d\n", r.Machine.MySQL, r.Settings.PostgresPool)
+	}
+	for _, s := range r.Skipped {
+		fmt.Fprintln(w, s)
 	}
 	last := ""
 	for _, s := range r.Summary {

@@ -8,12 +8,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -48,13 +46,11 @@ type serverMode struct {
 // pgEnv is the PostgreSQL schema, the HTTP server on loopback and the client
 // that the server and sweeper sections share.
 type pgEnv struct {
+	target
 	pool    *pgxpool.Pool
 	store   *pgstore.Store
 	version string
 	schema  string
-	baseURL string
-	hc      *http.Client
-	modes   []serverMode
 	close   func()
 }
 
@@ -92,7 +88,8 @@ func newPgEnv(ctx context.Context, cfg config) (env *pgEnv, err error) {
 		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
 	defer admin.Close(ctx)
-	env = &pgEnv{schema: schema}
+	env = &pgEnv{schema: schema, target: target{section: "server"}}
+	env.effects = env.countEffects
 	if err := admin.QueryRow(ctx, "SHOW server_version").Scan(&env.version); err != nil {
 		return nil, err
 	}
@@ -145,26 +142,19 @@ func newPgEnv(ctx context.Context, cfg config) (env *pgEnv, err error) {
 	if env.modes, err = selectModes(env.modes, cfg.Modes); err != nil {
 		return nil, err
 	}
-	mux := http.NewServeMux()
-	for _, m := range env.modes {
-		mux.Handle("POST /"+m.name, m.handler)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	stop, err := env.serve(cfg.maxClients())
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	closers = append(closers, func() { _ = srv.Close() })
-	env.baseURL = "http://" + ln.Addr().String() + "/"
-	maxClients := 1
-	for _, c := range cfg.Clients {
-		maxClients = max(maxClients, c, cfg.SweepCalls)
-	}
-	tr := &http.Transport{MaxIdleConns: maxClients * 2, MaxIdleConnsPerHost: maxClients * 2}
-	env.hc = &http.Client{Transport: tr, Timeout: time.Minute}
-	closers = append(closers, tr.CloseIdleConnections)
+	closers = append(closers, stop)
 	return env, nil
+}
+
+// countEffects is the server section's target.effects.
+func (env *pgEnv) countEffects(ctx context.Context, cellID int, mode string) (rows, keys, otherMode int64, err error) {
+	err = env.pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT idem_key), count(*) FILTER (WHERE mode <> $2)
+FROM bench_payments WHERE cell = $1`, cellID, mode).Scan(&rows, &keys, &otherMode)
+	return rows, keys, otherMode, err
 }
 
 // selectModes keeps the baselines (the batched and the naive hand-written
@@ -358,7 +348,7 @@ func (p *replayPool) add(k replayKey) {
 
 // serverCell runs one cell of the server section: mode m at clients
 // clients, new keys or replays of pool's keys, and checks it.
-func serverCell(ctx context.Context, cfg config, env *pgEnv, m serverMode, scenario string, clients, cellID int, pool *replayPool) (*loadResult, error) {
+func serverCell(ctx context.Context, cfg config, env *target, m serverMode, scenario string, clients, cellID int, pool *replayPool) (*loadResult, error) {
 	url := env.baseURL + m.name
 	var keys []replayKey
 	if scenario == scenarioReplay {
@@ -428,9 +418,8 @@ func serverCell(ctx context.Context, cfg config, env *pgEnv, m serverMode, scena
 	if scenario == scenarioReplay {
 		want = 0
 	}
-	var rows, keysSeen, otherMode int64
-	if err := env.pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT idem_key), count(*) FILTER (WHERE mode <> $2)
-FROM bench_payments WHERE cell = $1`, cellID, m.name).Scan(&rows, &keysSeen, &otherMode); err != nil {
+	rows, keysSeen, otherMode, err := env.effects(ctx, cellID, m.name)
+	if err != nil {
 		return res, err
 	}
 	if rows != want || keysSeen != want || otherMode != 0 {
@@ -445,10 +434,10 @@ const (
 	scenarioReplay = "replay"
 )
 
-// runServer runs cfg.Rounds rounds; in each, for each client count, every
-// mode's new-key cell then every mode's replay cell, the modes in an order
-// rotated by one each round.
-func runServer(ctx context.Context, cfg config, env *pgEnv, rep *report, progress io.Writer) error {
+// runServer runs the cells of env's section: cfg.Rounds rounds; in each,
+// for each client count, every mode's new-key cell then every mode's replay
+// cell, the modes in an order rotated by one each round.
+func runServer(ctx context.Context, cfg config, env *target, rep *report, progress io.Writer) error {
 	pools := make(map[string]*replayPool, len(env.modes))
 	for _, m := range env.modes {
 		pools[m.name] = &replayPool{cap: cfg.ReplayPool}
@@ -470,7 +459,7 @@ func runServer(ctx context.Context, cfg config, env *pgEnv, rep *report, progres
 					if err != nil {
 						return fmt.Errorf("round %d, %d clients, %s, %s: %w", round, clients, scenario, m.name, err)
 					}
-					c := res.cell("server", scenario, m.name, clients, round, pos)
+					c := res.cell(env.section, scenario, m.name, clients, round, pos)
 					rep.add(c)
 					fmt.Fprintln(progress, c.progressLine())
 				}
