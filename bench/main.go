@@ -1,20 +1,25 @@
 // Command bench is idemkit's side-by-side performance harness. One process
 // serves, on loopback, a hand-written idempotent POST with its statements
-// pipelined in three round trips (the baseline) and written naively in five
-// (the second reference), the same POST behind idemkit's middleware in transactional and in lease mode,
-// and a bare insert with no idempotency (the upper bound), all on one
-// PostgreSQL schema of its own; a load generator in the same process drives
-// them at each client count, new keys and replays, with the modes interleaved
-// in every round and their order rotated from round to round. A client
-// section does the same for durable enqueue on SQLite (one INSERT per
-// transaction, idemkit Submit and, in the test build, goqite Send), and a
-// sweeper section measures the claim p99 while a sweep deletes expired rows.
+// pipelined in three round trips (the baseline) and the same written naively
+// in five (the second reference), the same POST behind idemkit's middleware
+// in transactional and in lease mode, and a bare insert with no idempotency
+// (the upper bound), all on one PostgreSQL schema of its own; a load
+// generator in the same process drives them at each client count, new keys
+// and replays, with the modes interleaved in every round and their order
+// rotated from round to round. A mysql section does the same on a MySQL or
+// MariaDB database of its own: idemkit's mysqlstore in both modes next to
+// the article's insert-and-catch (skipped, with a message, when no MySQL DSN
+// is set). A client section does the same for durable enqueue on SQLite (one
+// INSERT per transaction, idemkit Submit and, in the test build, goqite
+// Send), and a sweeper section measures the claim p99 while a sweep deletes
+// expired rows.
 //
 // Every cell is checked while it is measured: one effect row per fresh 201,
 // replays byte-identical to the first response, one queued row per successful
 // enqueue, no errors. A run that fails a check reports nothing and exits 1.
 //
-//	go run ./bench -dsn 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable' -out bench.json
+//	go run ./bench -dsn 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable' \
+//	    -mysql-dsn 'root@tcp(127.0.0.1:3306)/test' -out bench.json
 //
 // goqite is a test-only dependency of the module, so the run that includes it
 // is the test binary with the same flags (see BENCHMARKS.md):
