@@ -103,8 +103,18 @@ func TestShortRun_ServerAndSweepPassEveryCheck(t *testing.T) {
 	_, err := run(context.Background(), cfg, &table, io.Discard)
 	require.NoError(t, err)
 	r := readReport(t, cfg.Out)
-	requireCells(t, r, "server", scenarioNewKey, []string{baselineMode, naiveMode, "transactional", "lease", "bare"}, cfg.Clients)
-	requireCells(t, r, "server", scenarioReplay, []string{baselineMode, naiveMode, "transactional", "lease"}, cfg.Clients)
+	requireCells(t, r, "server", scenarioNewKey, []string{baselineMode, naiveMode, "transactional", "lease", "bare", overheadMode}, cfg.Clients)
+	requireCells(t, r, "server", scenarioReplay, []string{baselineMode, naiveMode, "transactional", "lease", overheadMode}, cfg.Clients)
+	for _, c := range r.Cells {
+		switch {
+		case c.Section != "server":
+		case c.Mode == overheadMode:
+			require.Zero(t, c.AllocsPerOpHandler)
+		default:
+			require.Positive(t, c.AllocsPerOpHandler, "%s %s at %d clients: the handler allocates", c.Mode, c.Scenario, c.Clients)
+			require.Less(t, c.AllocsPerOpHandler, c.AllocsPerOpProcess)
+		}
+	}
 	for _, c := range r.Cells {
 		require.False(t, c.Section == "server" && c.Scenario == scenarioReplay && c.Mode == "bare", "the bare insert has no replay")
 	}
@@ -285,13 +295,14 @@ func TestFlags_DescribeTheRun(t *testing.T) {
 // does not exist rather than run a comparison without it.
 func TestSelectModes_KeepsTheBaseline(t *testing.T) {
 	t.Parallel()
-	modes := []serverMode{{name: baselineMode}, {name: naiveMode}, {name: "transactional"}, {name: "lease"}}
+	modes := []serverMode{{name: baselineMode}, {name: naiveMode}, {name: "transactional"}, {name: "lease"}, noopMode()}
 	all, err := selectModes(modes, nil)
 	require.NoError(t, err)
-	require.Len(t, all, 4)
+	require.Len(t, all, 5)
 	kept, err := selectModes(modes, []string{"lease"})
 	require.NoError(t, err)
-	require.Equal(t, []string{baselineMode, naiveMode, "lease"}, []string{kept[0].name, kept[1].name, kept[2].name})
+	require.Len(t, kept, 4)
+	require.Equal(t, []string{baselineMode, naiveMode, "lease", overheadMode}, []string{kept[0].name, kept[1].name, kept[2].name, kept[3].name})
 	_, err = selectModes(modes, []string{"lease", "leese"})
 	require.ErrorContains(t, err, `unknown server mode "leese"`)
 }

@@ -141,7 +141,8 @@ func (env *mysqlEnv) countEffects(ctx context.Context, cellID int, mode string) 
 	return rows, keys, otherMode, err
 }
 
-// selectSectionModes keeps a section's baseline and the modes named that it
+// selectSectionModes keeps a section's baseline, its overhead route and the
+// modes named that it
 // has (all when names is empty); names of another section's modes are
 // not an error here (-modes is checked against the server section's).
 func selectSectionModes(modes []serverMode, baseline string, names []string) ([]serverMode, error) {
@@ -149,7 +150,7 @@ func selectSectionModes(modes []serverMode, baseline string, names []string) ([]
 		return modes, nil
 	}
 	kept := slices.DeleteFunc(slices.Clone(modes), func(m serverMode) bool {
-		return m.name != baseline && !slices.Contains(names, m.name)
+		return m.name != baseline && m.name != overheadMode && !slices.Contains(names, m.name)
 	})
 	return kept, nil
 }
@@ -211,6 +212,7 @@ func mysqlModes(db *sql.DB, store *mysqlstore.Store) ([]serverMode, error) {
 		{name: mysqlBaseline, handler: &insertAndCatch{db: db}, replays: true},
 		{name: "transactional", handler: txMW.Wrap(mysqlPaymentHandler("transactional", onTx)), replays: true},
 		{name: "lease", handler: leaseMW.Wrap(mysqlPaymentHandler("lease", onPool)), replays: true},
+		noopMode(),
 	}, nil
 }
 

@@ -22,7 +22,7 @@ func TestShortRun_MySQLSectionPassesEveryCheck(t *testing.T) {
 	_, err := run(context.Background(), cfg, &table, io.Discard)
 	require.NoError(t, err)
 	r := readReport(t, cfg.Out)
-	modes := []string{mysqlBaseline, "transactional", "lease"}
+	modes := []string{mysqlBaseline, "transactional", "lease", overheadMode}
 	requireCells(t, r, "mysql", scenarioNewKey, modes, cfg.Clients)
 	requireCells(t, r, "mysql", scenarioReplay, modes, cfg.Clients)
 	require.NotEmpty(t, r.Machine.MySQL)

@@ -87,6 +87,12 @@ type cell struct {
 	// benchmarks of server/ isolate the middleware's own).
 	AllocsPerOpProcess     float64 `json:"allocs_per_op_process"`
 	AllocBytesPerOpProcess float64 `json:"alloc_bytes_per_op_process"`
+	// AllocsPerOpHandler is AllocsPerOpProcess minus the overhead route's
+	// (noop) in the same round, scenario and client count: the allocations
+	// of the mode's handler (middleware, store, driver, effect) without the
+	// load generator's and the HTTP stack's. -1 where the section has no
+	// overhead route.
+	AllocsPerOpHandler float64 `json:"allocs_per_op_handler"`
 	// Ratio is OpsPerSec over the baseline's in the same round, scenario
 	// and client count (0 where there is no baseline: the sweep).
 	Ratio float64 `json:"ratio_to_baseline"`
@@ -109,6 +115,7 @@ type summary struct {
 	CPUMicrosPerOpProcess float64 `json:"cpu_us_per_op_process"`
 	CPUMicrosPerOpHost    float64 `json:"cpu_us_per_op_host"`
 	AllocsPerOpProcess    float64 `json:"allocs_per_op_process"`
+	AllocsPerOpHandler    float64 `json:"allocs_per_op_handler"`
 	Ratio                 float64 `json:"ratio_to_baseline"`  // median of the per-round ratios
 	RatioReference        float64 `json:"ratio_to_reference"` // median of the per-round ratios
 }
@@ -217,9 +224,12 @@ type groupKey struct {
 func (r *report) finish() {
 	r.Finished = time.Now().UTC()
 	r.Machine.LoadAvgFinish = loadAvg()
-	base, ref := map[groupKey]float64{}, map[groupKey]float64{}
+	base, ref, overhead := map[groupKey]float64{}, map[groupKey]float64{}, map[groupKey]float64{}
 	for _, c := range r.Cells {
 		k := groupKey{c.Section, c.Scenario, c.Clients, c.Round}
+		if c.Mode == overheadMode {
+			overhead[k] = c.AllocsPerOpProcess
+		}
 		if b, ok := baselineOf[c.Section]; ok && c.Mode == b {
 			base[k] = c.OpsPerSec
 		}
@@ -234,6 +244,10 @@ func (r *report) finish() {
 		}
 		if b := ref[k]; b > 0 {
 			r.Cells[i].RatioReference = c.OpsPerSec / b
+		}
+		r.Cells[i].AllocsPerOpHandler = -1
+		if o, ok := overhead[k]; ok {
+			r.Cells[i].AllocsPerOpHandler = c.AllocsPerOpProcess - o
 		}
 	}
 	type sumKey struct {
@@ -267,6 +281,7 @@ func (r *report) finish() {
 			CPUMicrosPerOpProcess: pick(func(c cell) float64 { return c.CPUMicrosPerOpProcess }),
 			CPUMicrosPerOpHost:    pick(func(c cell) float64 { return c.CPUMicrosPerOpHost }),
 			AllocsPerOpProcess:    pick(func(c cell) float64 { return c.AllocsPerOpProcess }),
+			AllocsPerOpHandler:    pick(func(c cell) float64 { return c.AllocsPerOpHandler }),
 			Ratio:                 pick(func(c cell) float64 { return c.Ratio }),
 			RatioReference:        pick(func(c cell) float64 { return c.RatioReference }),
 		})
@@ -305,7 +320,7 @@ func (r *report) writeJSON(path string) error {
 // writeTable prints the summary as Markdown tables, one per section and
 // scenario.
 func (r *report) writeTable(w io.Writer) {
-	fmt.Fprintf(w, "\n%d round(s) × %.1f s per cell; %d CPUs (%s), %s; medians over rounds; ratio = ops/s over the baseline's in the same round (ratio to reference: over the reference's); allocs/op count the whole process, load generator included\n",
+	fmt.Fprintf(w, "\n%d round(s) × %.1f s per cell; %d CPUs (%s), %s; medians over rounds; ratio = ops/s over the baseline's in the same round (ratio to reference: over the reference's); allocs/op process count the whole process, load generator included; allocs/op handler subtract the noop route's\n",
 		r.Settings.Rounds, r.Settings.CellSeconds, r.Machine.NProc, r.Machine.CPUModel, r.Machine.GoVersion)
 	fmt.Fprintf(w, "load average %s at the start, %s at the end\n", r.Machine.LoadAvgStart, r.Machine.LoadAvgFinish)
 	if r.Machine.Postgres != "" {
@@ -323,12 +338,16 @@ func (r *report) writeTable(w io.Writer) {
 			last = g
 			fmt.Fprintf(w, "\n%s, %s (baseline: %s; reference: %s)\n\n", s.Section, s.Scenario,
 				cmp.Or(baselineOf[s.Section], "none"), cmp.Or(referenceOf[s.Section], "none"))
-			fmt.Fprintln(w, "| mode | clients | ops/s | ratio | ratio to reference | p50 | p99 | CPU µs/op process | CPU µs/op host | allocs/op process |")
-			fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+			fmt.Fprintln(w, "| mode | clients | ops/s | ratio | ratio to reference | p50 | p99 | CPU µs/op process | CPU µs/op host | allocs/op process | allocs/op handler |")
+			fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 		}
-		fmt.Fprintf(w, "| %s | %d | %.0f | %s | %s | %s | %s | %.0f | %.0f | %.0f |\n", s.Mode, s.Clients, s.OpsPerSec,
+		handler := "—"
+		if s.AllocsPerOpHandler != -1 {
+			handler = fmt.Sprintf("%.0f", s.AllocsPerOpHandler)
+		}
+		fmt.Fprintf(w, "| %s | %d | %.0f | %s | %s | %s | %s | %.0f | %.0f | %.0f | %s |\n", s.Mode, s.Clients, s.OpsPerSec,
 			ratioText(s.Ratio), ratioText(s.RatioReference),
-			micros(s.P50Micros), micros(s.P99Micros), s.CPUMicrosPerOpProcess, s.CPUMicrosPerOpHost, s.AllocsPerOpProcess)
+			micros(s.P50Micros), micros(s.P99Micros), s.CPUMicrosPerOpProcess, s.CPUMicrosPerOpHost, s.AllocsPerOpProcess, handler)
 	}
 	if sw := r.Sweep; sw != nil {
 		fmt.Fprintf(w, "\nsweep: %d expired rows deleted in %.1f s; claim p99 at %d clients %s without, %s during (%.2f×)\n",

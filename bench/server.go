@@ -41,6 +41,9 @@ type serverMode struct {
 	// replays is false for a mode with no idempotency (the bare insert):
 	// it has no replay cell.
 	replays bool
+	// noEffect is true for the overhead route (noop): it writes no effect
+	// row.
+	noEffect bool
 }
 
 // pgEnv is the PostgreSQL schema, the HTTP server on loopback and the client
@@ -158,7 +161,7 @@ FROM bench_payments WHERE cell = $1`, cellID, mode).Scan(&rows, &keys, &otherMod
 }
 
 // selectModes keeps the baselines (the batched and the naive hand-written
-// POST) and the modes named (all when names is empty), failing on a name
+// POST), the overhead route and the modes named (all when names is empty), failing on a name
 // that is no mode.
 func selectModes(modes []serverMode, names []string) ([]serverMode, error) {
 	if len(names) == 0 {
@@ -166,7 +169,7 @@ func selectModes(modes []serverMode, names []string) ([]serverMode, error) {
 	}
 	var kept []serverMode
 	for _, m := range modes {
-		if m.name == baselineMode || m.name == naiveMode || slices.Contains(names, m.name) {
+		if m.name == baselineMode || m.name == naiveMode || m.name == overheadMode || slices.Contains(names, m.name) {
 			kept = append(kept, m)
 		}
 	}
@@ -245,6 +248,7 @@ func defaultModes(env *pgEnv) ([]serverMode, error) {
 		{name: "transactional", handler: txMW.Wrap(paymentHandler("transactional", onTx)), replays: true},
 		{name: "lease", handler: leaseMW.Wrap(paymentHandler("lease", onPool)), replays: true},
 		{name: "bare", handler: paymentHandler("bare", onPool), replays: false},
+		noopMode(),
 	}, nil
 }
 
@@ -377,6 +381,9 @@ func serverCell(ctx context.Context, cfg config, env *target, m serverMode, scen
 		req.Header.Set(headerAcct, k.account)
 		req.Header.Set(server.HeaderKey, k.key)
 		req.Header.Set(headerCell, cellHeader)
+		if m.noEffect {
+			req.Header.Set(headerScenario, scenario)
+		}
 		resp, err := env.hc.Do(req)
 		if err != nil {
 			return err
@@ -415,7 +422,7 @@ func serverCell(ctx context.Context, cfg config, env *target, m serverMode, scen
 	}
 	// One effect row per fresh 201, none for a replay.
 	want := res.ok
-	if scenario == scenarioReplay {
+	if scenario == scenarioReplay || m.noEffect {
 		want = 0
 	}
 	rows, keysSeen, otherMode, err := env.effects(ctx, cellID, m.name)
