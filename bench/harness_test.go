@@ -320,3 +320,35 @@ func TestFullRun(t *testing.T) {
 	_, err = run(context.Background(), cfg, os.Stdout, os.Stderr)
 	require.NoError(t, err)
 }
+
+// A mode with a section of its own is measured in the server's rounds but
+// reported under its section: no ratio to the server's baselines, its
+// handler allocations taken against the server's noop route.
+func TestRun_AModeOfItsOwnSectionIsReportedThere(t *testing.T) {
+	t.Parallel()
+	cfg := shortConfig(t)
+	cfg.DSN = testpg.BaseDSN(t)
+	cfg.Server = true
+	cfg.Clients = []int{2}
+	cfg.NewKeysOnly = true
+	cfg.Modes = []string{"own-section"}
+	cfg.extraModes = func(env *pgEnv) []serverMode {
+		return []serverMode{{name: "own-section", handler: paymentHandler("own-section", func(*http.Request) execer { return env.pool }), section: "elsewhere"}}
+	}
+	_, err := run(context.Background(), cfg, io.Discard, io.Discard)
+	require.NoError(t, err)
+	r := readReport(t, cfg.Out)
+	requireCells(t, r, "server", scenarioNewKey, []string{baselineMode, naiveMode, overheadMode}, cfg.Clients)
+	var own []cell
+	for _, c := range r.Cells {
+		if c.Mode == "own-section" {
+			own = append(own, c)
+		}
+	}
+	require.Len(t, own, 1)
+	require.Equal(t, "elsewhere", own[0].Section)
+	require.Zero(t, own[0].Ratio, "no baseline in its section")
+	require.Zero(t, own[0].RatioReference)
+	require.Positive(t, own[0].AllocsPerOpHandler)
+	require.Less(t, own[0].AllocsPerOpHandler, own[0].AllocsPerOpProcess)
+}

@@ -100,6 +100,11 @@ type cell struct {
 	// hand-written POST) in the same round, scenario and client count (0
 	// where the section has none).
 	RatioReference float64 `json:"ratio_to_reference"`
+
+	// servedBy is the section whose server and rounds measured the cell
+	// (its overhead route's allocations are subtracted); "" for the client
+	// and sweep sections.
+	servedBy string
 }
 
 // summary is the median over rounds of one mode at one client count.
@@ -228,7 +233,7 @@ func (r *report) finish() {
 	for _, c := range r.Cells {
 		k := groupKey{c.Section, c.Scenario, c.Clients, c.Round}
 		if c.Mode == overheadMode {
-			overhead[k] = c.AllocsPerOpProcess
+			overhead[groupKey{c.servedBy, c.Scenario, c.Clients, c.Round}] = c.AllocsPerOpProcess
 		}
 		if b, ok := baselineOf[c.Section]; ok && c.Mode == b {
 			base[k] = c.OpsPerSec
@@ -246,7 +251,7 @@ func (r *report) finish() {
 			r.Cells[i].RatioReference = c.OpsPerSec / b
 		}
 		r.Cells[i].AllocsPerOpHandler = -1
-		if o, ok := overhead[k]; ok {
+		if o, ok := overhead[groupKey{c.servedBy, c.Scenario, c.Clients, c.Round}]; ok && c.servedBy != "" {
 			r.Cells[i].AllocsPerOpHandler = c.AllocsPerOpProcess - o
 		}
 	}

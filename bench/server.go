@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -44,6 +45,10 @@ type serverMode struct {
 	// noEffect is true for the overhead route (noop): it writes no effect
 	// row.
 	noEffect bool
+	// section, when set, is the report's section of the mode's cells
+	// instead of its server's (a store measured against a baseline of its
+	// own, in the same rounds as the server's modes).
+	section string
 }
 
 // pgEnv is the PostgreSQL schema, the HTTP server on loopback and the client
@@ -161,8 +166,8 @@ FROM bench_payments WHERE cell = $1`, cellID, mode).Scan(&rows, &keys, &otherMod
 }
 
 // selectModes keeps the baselines (the batched and the naive hand-written
-// POST), the overhead route and the modes named (all when names is empty), failing on a name
-// that is no mode.
+// POST), the overhead route and the modes named (all when names is empty),
+// failing on a name that is no mode.
 func selectModes(modes []serverMode, names []string) ([]serverMode, error) {
 	if len(names) == 0 {
 		return modes, nil
@@ -466,7 +471,8 @@ func runServer(ctx context.Context, cfg config, env *target, rep *report, progre
 					if err != nil {
 						return fmt.Errorf("round %d, %d clients, %s, %s: %w", round, clients, scenario, m.name, err)
 					}
-					c := res.cell(env.section, scenario, m.name, clients, round, pos)
+					c := res.cell(cmp.Or(m.section, env.section), scenario, m.name, clients, round, pos)
+					c.servedBy = env.section
 					rep.add(c)
 					fmt.Fprintln(progress, c.progressLine())
 				}
