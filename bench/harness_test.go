@@ -76,6 +76,13 @@ func requireCells(t *testing.T, r *report, section, scenario string, modes []str
 			} else if _, ok := baselineOf[section]; ok {
 				require.Positive(t, x.Ratio)
 			}
+			if m == referenceOf[section] {
+				require.InDelta(t, 1.0, x.RatioReference, 1e-9)
+			} else if _, ok := referenceOf[section]; ok {
+				require.Positive(t, x.RatioReference)
+			} else {
+				require.Zero(t, x.RatioReference)
+			}
 			n := 0
 			for _, s := range r.Summary {
 				if s.Section == section && s.Scenario == scenario && s.Mode == m && s.Clients == c {
@@ -96,8 +103,18 @@ func TestShortRun_ServerAndSweepPassEveryCheck(t *testing.T) {
 	_, err := run(context.Background(), cfg, &table, io.Discard)
 	require.NoError(t, err)
 	r := readReport(t, cfg.Out)
-	requireCells(t, r, "server", scenarioNewKey, []string{baselineMode, "transactional", "lease", "bare"}, cfg.Clients)
-	requireCells(t, r, "server", scenarioReplay, []string{baselineMode, "transactional", "lease"}, cfg.Clients)
+	requireCells(t, r, "server", scenarioNewKey, []string{baselineMode, naiveMode, "transactional", "lease", "bare", overheadMode}, cfg.Clients)
+	requireCells(t, r, "server", scenarioReplay, []string{baselineMode, naiveMode, "transactional", "lease", overheadMode}, cfg.Clients)
+	for _, c := range r.Cells {
+		switch {
+		case c.Section != "server":
+		case c.Mode == overheadMode:
+			require.Zero(t, c.AllocsPerOpHandler)
+		default:
+			require.Positive(t, c.AllocsPerOpHandler, "%s %s at %d clients: the handler allocates", c.Mode, c.Scenario, c.Clients)
+			require.Less(t, c.AllocsPerOpHandler, c.AllocsPerOpProcess)
+		}
+	}
 	for _, c := range r.Cells {
 		require.False(t, c.Section == "server" && c.Scenario == scenarioReplay && c.Mode == "bare", "the bare insert has no replay")
 	}
@@ -236,7 +253,7 @@ func TestFlags_DescribeTheRun(t *testing.T) {
 	}{
 		{args: nil, check: func(t *testing.T, c config) {
 			require.Equal(t, []int{1, 8, 32}, c.Clients)
-			require.True(t, c.Server && c.Client && c.Sweep)
+			require.True(t, c.Server && c.Client && c.Sweep && c.MySQL)
 			require.Equal(t, 3, c.Rounds)
 			require.Equal(t, 10*time.Second, c.Duration)
 			require.Equal(t, 1_000_000, c.SweepRows)
@@ -248,7 +265,12 @@ func TestFlags_DescribeTheRun(t *testing.T) {
 		{args: []string{"-clients", "2, 4", "-sections", "client"}, check: func(t *testing.T, c config) {
 			require.Equal(t, []int{2, 4}, c.Clients)
 			require.True(t, c.Client)
-			require.False(t, c.Server || c.Sweep)
+			require.False(t, c.Server || c.Sweep || c.MySQL)
+		}},
+		{args: []string{"-sections", "mysql", "-mysql-dsn", "u@tcp(db:3306)/x"}, check: func(t *testing.T, c config) {
+			require.True(t, c.MySQL)
+			require.False(t, c.Server || c.Sweep || c.Client)
+			require.Equal(t, "u@tcp(db:3306)/x", c.MySQLDSN)
 		}},
 		{args: []string{"-redis", "redis://127.0.0.1:6379/0"}, check: func(t *testing.T, c config) {
 			require.Equal(t, "redis://127.0.0.1:6379/0", c.Redis)
@@ -272,17 +294,18 @@ func TestFlags_DescribeTheRun(t *testing.T) {
 	}
 }
 
-// -modes keeps the baseline whatever it names, and refuses a mode that
+// -modes keeps the baselines whatever it names, and refuses a mode that
 // does not exist rather than run a comparison without it.
 func TestSelectModes_KeepsTheBaseline(t *testing.T) {
 	t.Parallel()
-	modes := []serverMode{{name: baselineMode}, {name: "transactional"}, {name: "lease"}}
+	modes := []serverMode{{name: baselineMode}, {name: naiveMode}, {name: "transactional"}, {name: "lease"}, noopMode()}
 	all, err := selectModes(modes, nil)
 	require.NoError(t, err)
-	require.Len(t, all, 3)
+	require.Len(t, all, 5)
 	kept, err := selectModes(modes, []string{"lease"})
 	require.NoError(t, err)
-	require.Equal(t, []string{baselineMode, "lease"}, []string{kept[0].name, kept[1].name})
+	require.Len(t, kept, 4)
+	require.Equal(t, []string{baselineMode, naiveMode, "lease", overheadMode}, []string{kept[0].name, kept[1].name, kept[2].name, kept[3].name})
 	_, err = selectModes(modes, []string{"lease", "leese"})
 	require.ErrorContains(t, err, `unknown server mode "leese"`)
 }
@@ -317,4 +340,36 @@ func TestShortRun_PartitionSectionPassesEveryCheck(t *testing.T) {
 	require.Positive(t, r.Sweep.WALBytes)
 	require.Contains(t, table.String(), "partition: ")
 	require.Contains(t, table.String(), "checks passed")
+}
+
+// A mode with a section of its own is measured in the server's rounds but
+// reported under its section: no ratio to the server's baselines, its
+// handler allocations taken against the server's noop route.
+func TestRun_AModeOfItsOwnSectionIsReportedThere(t *testing.T) {
+	t.Parallel()
+	cfg := shortConfig(t)
+	cfg.DSN = testpg.BaseDSN(t)
+	cfg.Server = true
+	cfg.Clients = []int{2}
+	cfg.NewKeysOnly = true
+	cfg.Modes = []string{"own-section"}
+	cfg.extraModes = func(env *pgEnv) []serverMode {
+		return []serverMode{{name: "own-section", handler: paymentHandler("own-section", func(*http.Request) execer { return env.pool }), section: "elsewhere"}}
+	}
+	_, err := run(context.Background(), cfg, io.Discard, io.Discard)
+	require.NoError(t, err)
+	r := readReport(t, cfg.Out)
+	requireCells(t, r, "server", scenarioNewKey, []string{baselineMode, naiveMode, overheadMode}, cfg.Clients)
+	var own []cell
+	for _, c := range r.Cells {
+		if c.Mode == "own-section" {
+			own = append(own, c)
+		}
+	}
+	require.Len(t, own, 1)
+	require.Equal(t, "elsewhere", own[0].Section)
+	require.Zero(t, own[0].Ratio, "no baseline in its section")
+	require.Zero(t, own[0].RatioReference)
+	require.Positive(t, own[0].AllocsPerOpHandler)
+	require.Less(t, own[0].AllocsPerOpHandler, own[0].AllocsPerOpProcess)
 }

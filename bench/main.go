@@ -1,19 +1,25 @@
 // Command bench is idemkit's side-by-side performance harness. One process
-// serves, on loopback, a hand-written idempotent POST (the baseline), the
-// same POST behind idemkit's middleware in transactional and in lease mode,
-// and a bare insert with no idempotency (the upper bound), all on one
-// PostgreSQL schema of its own; a load generator in the same process drives
-// them at each client count, new keys and replays, with the modes interleaved
-// in every round and their order rotated from round to round. A client
-// section does the same for durable enqueue on SQLite (one INSERT per
-// transaction, idemkit Submit and, in the test build, goqite Send), and a
-// sweeper section measures the claim p99 while a sweep deletes expired rows.
+// serves, on loopback, a hand-written idempotent POST with its statements
+// pipelined in three round trips (the baseline) and the same written naively
+// in five (the second reference), the same POST behind idemkit's middleware
+// in transactional and in lease mode, and a bare insert with no idempotency
+// (the upper bound), all on one PostgreSQL schema of its own; a load
+// generator in the same process drives them at each client count, new keys
+// and replays, with the modes interleaved in every round and their order
+// rotated from round to round. A mysql section does the same on a MySQL or
+// MariaDB database of its own: idemkit's mysqlstore in both modes next to
+// the article's insert-and-catch (skipped, with a message, when no MySQL DSN
+// is set). A client section does the same for durable enqueue on SQLite (one
+// INSERT per transaction, idemkit Submit and, in the test build, goqite
+// Send), and a sweeper section measures the claim p99 while a sweep deletes
+// expired rows.
 //
 // Every cell is checked while it is measured: one effect row per fresh 201,
 // replays byte-identical to the first response, one queued row per successful
 // enqueue, no errors. A run that fails a check reports nothing and exits 1.
 //
-//	go run ./bench -dsn 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable' -out bench.json
+//	go run ./bench -dsn 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable' \
+//	    -mysql-dsn 'root@tcp(127.0.0.1:3306)/test' -out bench.json
 //
 // goqite is a test-only dependency of the module, so the run that includes it
 // is the test binary with the same flags (see BENCHMARKS.md):
@@ -40,6 +46,7 @@ import (
 // withDefaults.
 type config struct {
 	DSN         string        // PostgreSQL; the server and sweep sections need it
+	MySQLDSN    string        // MySQL/MariaDB (go-sql-driver form); the mysql section needs it
 	Out         string        // JSON report path; "" writes none
 	Rounds      int           // rounds of every section
 	Duration    time.Duration // length of one cell
@@ -51,11 +58,12 @@ type config struct {
 	Client      bool          // run the client (enqueue) section
 	Sweep       bool          // run the sweeper section
 	Partition   bool          // run the partition section (the sweep's rows dropped with their partition)
+	MySQL       bool          // run the mysql section (skipped when MySQLDSN is "")
 	SweepRows   int           // expired rows the sweep deletes
 	SweepCalls  int           // concurrent claimers during the sweep cells
 	Dir         string        // where the client section's SQLite files go
 	ReplayPool  int           // completed keys kept per mode for the replay cells
-	Modes       []string      // server modes to run besides the baseline; nil: all
+	Modes       []string      // server modes to run besides the baselines; nil: all
 	NewKeysOnly bool          // the server section runs no replay cells
 	Redis       string        // redis://…: add the Redis modes (see redisModes)
 	sweepMaxDur time.Duration // bound of the during-sweep cell
@@ -107,17 +115,18 @@ type cmdFlags struct {
 func bindFlags(fs *flag.FlagSet) *cmdFlags {
 	f := &cmdFlags{}
 	fs.StringVar(&f.cfg.DSN, "dsn", os.Getenv("IDEM_TEST_POSTGRES"), "PostgreSQL DSN (defaults to $IDEM_TEST_POSTGRES); the run uses a schema of its own and drops it")
+	fs.StringVar(&f.cfg.MySQLDSN, "mysql-dsn", os.Getenv("IDEM_TEST_MYSQL"), "MySQL/MariaDB DSN, go-sql-driver form (defaults to $IDEM_TEST_MYSQL); the run uses a database of its own and drops it; unset: the mysql section is skipped")
 	fs.StringVar(&f.cfg.Out, "out", "", "write the JSON report to this file")
 	fs.IntVar(&f.cfg.Rounds, "rounds", 3, "rounds; each round runs every cell once, modes in rotated order")
 	fs.DurationVar(&f.cfg.Duration, "duration", 10*time.Second, "length of one cell (one mode at one client count)")
 	fs.Int64Var(&f.cfg.MaxOps, "max-ops", 2_000_000, "upper bound of operations in one cell")
 	fs.StringVar(&f.clients, "clients", "1,8,32", "comma-separated concurrent clients (server) and callers (client)")
-	fs.IntVar(&f.cfg.Pool, "pool", 16, "PostgreSQL pool size")
-	fs.StringVar(&f.sections, "sections", "server,client,sweep", "comma-separated sections to run: server, client, sweep, partition")
+	fs.IntVar(&f.cfg.Pool, "pool", 16, "pool size of each database (PostgreSQL, MySQL)")
+	fs.StringVar(&f.sections, "sections", "server,client,sweep,mysql", "comma-separated sections to run: server, client, sweep, partition, mysql")
 	fs.IntVar(&f.cfg.SweepRows, "sweep-rows", 1_000_000, "expired rows the sweep deletes in the sweeper section")
 	fs.IntVar(&f.cfg.SweepCalls, "sweep-clients", 8, "concurrent claimers in the sweeper section")
 	fs.StringVar(&f.cfg.Dir, "dir", os.TempDir(), "directory for the client section's SQLite files (use a real disk, not tmpfs)")
-	fs.StringVar(&f.modes, "modes", "", "comma-separated server modes to run besides the baseline (handwritten); empty: all")
+	fs.StringVar(&f.modes, "modes", "", "comma-separated server modes to run besides the baselines (batched, handwritten); empty: all")
 	fs.BoolVar(&f.cfg.NewKeysOnly, "new-keys-only", false, "the server section runs only the new-key cells")
 	fs.StringVar(&f.cfg.Redis, "redis", "", "redis://host:port/n: add the modes redis-handwritten (SET NX PX + SET) and redis-lease (redisstore)")
 	fs.BoolVar(&f.full, "full", false, "with go test: run TestFullRun (ignored by the command)")
@@ -150,9 +159,11 @@ func (f *cmdFlags) config() (config, error) {
 			cfg.Sweep = true
 		case "partition":
 			cfg.Partition = true
+		case "mysql":
+			cfg.MySQL = true
 		case "":
 		default:
-			return cfg, fmt.Errorf("-sections: unknown section %q (want server, client, sweep, partition)", s)
+			return cfg, fmt.Errorf("-sections: unknown section %q (want server, client, sweep, partition, mysql)", s)
 		}
 	}
 	if cfg.Rounds < 1 || cfg.Duration <= 0 || cfg.MaxOps < 1 || cfg.Pool < 1 || cfg.SweepRows < 1 || cfg.SweepCalls < 1 {
@@ -204,7 +215,7 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (*report, err
 		defer env.close()
 		rep.Machine.Postgres, rep.Settings.PostgresSchema = env.version, env.schema
 		if cfg.Server {
-			if err := runServer(ctx, cfg, env, rep, progress); err != nil {
+			if err := runServer(ctx, cfg, &env.target, rep, progress); err != nil {
 				return nil, fmt.Errorf("server section: %w", err)
 			}
 		}
@@ -217,6 +228,11 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (*report, err
 			if err := runPartition(ctx, cfg, env, rep, progress); err != nil {
 				return nil, fmt.Errorf("partition section: %w", err)
 			}
+		}
+	}
+	if cfg.MySQL {
+		if err := runMySQL(ctx, cfg, rep, progress); err != nil {
+			return nil, fmt.Errorf("mysql section: %w", err)
 		}
 	}
 	if cfg.Client {

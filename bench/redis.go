@@ -58,10 +58,14 @@ func redisModes(ctx context.Context, env *pgEnv, url string, pool int) ([]server
 	}
 	onPool := func(*http.Request) execer { return env.pool }
 	return []serverMode{
-		{name: "redis-handwritten", handler: &redisHandwritten{client: client, env: env, prefix: prefix + "hw:"}, replays: true},
-		{name: "redis-lease", handler: leaseMW.Wrap(paymentHandler("redis-lease", onPool)), replays: true},
+		{name: redisBaseline, handler: &redisHandwritten{client: client, env: env, prefix: prefix + "hw:"}, replays: true, section: "redis"},
+		{name: "redis-lease", handler: leaseMW.Wrap(paymentHandler("redis-lease", onPool)), replays: true, section: "redis"},
 	}, closeRedis, nil
 }
+
+// redisBaseline is the redis section's baseline: SET NX PX for the claim,
+// SET KEEPTTL for the completion.
+const redisBaseline = "redis-handwritten"
 
 // redisHandwritten is the idempotent POST on Redis as one writes it by hand.
 type redisHandwritten struct {

@@ -27,9 +27,10 @@ func TestShortRun_RedisModesPassEveryCheck(t *testing.T) {
 	_, err := run(context.Background(), cfg, &table, io.Discard)
 	require.NoError(t, err)
 	r := readReport(t, cfg.Out)
-	modes := []string{baselineMode, "redis-handwritten", "redis-lease"}
-	requireCells(t, r, "server", scenarioNewKey, modes, cfg.Clients)
-	requireCells(t, r, "server", scenarioReplay, modes, cfg.Clients)
+	modes := []string{redisBaseline, "redis-lease"}
+	requireCells(t, r, "redis", scenarioNewKey, modes, cfg.Clients)
+	requireCells(t, r, "redis", scenarioReplay, modes, cfg.Clients)
+	requireCells(t, r, "server", scenarioNewKey, []string{baselineMode, naiveMode, overheadMode}, cfg.Clients)
 	require.Contains(t, table.String(), "| redis-lease | 3 |")
 
 	opts, err := redis.ParseURL(cfg.Redis)

@@ -14,7 +14,9 @@ import (
 )
 
 // reportVersion is the version of the JSON report's shape.
-const reportVersion = 1
+// Version 2: the server baseline is the batched hand-written POST; the
+// naive one is the reference of ratio_to_reference.
+const reportVersion = 2
 
 // report is the JSON output of a run that passed every check.
 type report struct {
@@ -29,6 +31,8 @@ type report struct {
 	Sweep    *sweepResult `json:"sweep,omitempty"`
 	// Partition is the partition section (pgstore Config.Partitioned).
 	Partition *partitionResult `json:"partition,omitempty"`
+	// Skipped says which sections asked for were not run, and why.
+	Skipped []string `json:"skipped,omitempty"`
 }
 
 type machine struct {
@@ -38,6 +42,7 @@ type machine struct {
 	OS        string `json:"os"`
 	Arch      string `json:"arch"`
 	Postgres  string `json:"postgres,omitempty"`
+	MySQL     string `json:"mysql,omitempty"` // the server's VERSION()
 	// LoadAvg is /proc/loadavg when the run started and when it finished:
 	// a load well above nproc means the host was busy with something else.
 	LoadAvgStart  string `json:"loadavg_start,omitempty"`
@@ -51,6 +56,7 @@ type settings struct {
 	Clients         []int    `json:"clients"`
 	PostgresPool    int      `json:"postgres_pool"`
 	PostgresSchema  string   `json:"postgres_schema,omitempty"` // created for the run, dropped at its end
+	MySQLDatabase   string   `json:"mysql_database,omitempty"`  // created for the run, dropped at its end
 	Sections        []string `json:"sections"`
 	SweepRows       int      `json:"sweep_rows,omitempty"`
 	SweepClients    int      `json:"sweep_clients,omitempty"`
@@ -83,9 +89,24 @@ type cell struct {
 	// benchmarks of server/ isolate the middleware's own).
 	AllocsPerOpProcess     float64 `json:"allocs_per_op_process"`
 	AllocBytesPerOpProcess float64 `json:"alloc_bytes_per_op_process"`
+	// AllocsPerOpHandler is AllocsPerOpProcess minus the overhead route's
+	// (noop) in the same round, scenario and client count: the allocations
+	// of the mode's handler (middleware, store, driver, effect) without the
+	// load generator's and the HTTP stack's. -1 where the section has no
+	// overhead route.
+	AllocsPerOpHandler float64 `json:"allocs_per_op_handler"`
 	// Ratio is OpsPerSec over the baseline's in the same round, scenario
 	// and client count (0 where there is no baseline: the sweep).
 	Ratio float64 `json:"ratio_to_baseline"`
+	// RatioReference is OpsPerSec over the second reference's (the naive
+	// hand-written POST) in the same round, scenario and client count (0
+	// where the section has none).
+	RatioReference float64 `json:"ratio_to_reference"`
+
+	// servedBy is the section whose server and rounds measured the cell
+	// (its overhead route's allocations are subtracted); "" for the client
+	// and sweep sections.
+	servedBy string
 }
 
 // summary is the median over rounds of one mode at one client count.
@@ -101,7 +122,9 @@ type summary struct {
 	CPUMicrosPerOpProcess float64 `json:"cpu_us_per_op_process"`
 	CPUMicrosPerOpHost    float64 `json:"cpu_us_per_op_host"`
 	AllocsPerOpProcess    float64 `json:"allocs_per_op_process"`
-	Ratio                 float64 `json:"ratio_to_baseline"` // median of the per-round ratios
+	AllocsPerOpHandler    float64 `json:"allocs_per_op_handler"`
+	Ratio                 float64 `json:"ratio_to_baseline"`  // median of the per-round ratios
+	RatioReference        float64 `json:"ratio_to_reference"` // median of the per-round ratios
 }
 
 type sweepResult struct {
@@ -145,6 +168,10 @@ func newReport(cfg config) *report {
 		r.Settings.Sections = append(r.Settings.Sections, "partition")
 		r.Settings.SweepRows, r.Settings.SweepClients = cfg.SweepRows, cfg.SweepCalls
 		r.Checks = append(r.Checks, checkNoErrors, checkPartitionDropped)
+	}
+	if cfg.MySQL {
+		r.Settings.Sections = append(r.Settings.Sections, "mysql")
+		r.Checks = append(r.Checks, checkNoErrors, checkOneEffect, checkReplayIdentical)
 	}
 	if cfg.Client {
 		r.Settings.Sections = append(r.Settings.Sections, "client")
@@ -199,7 +226,10 @@ func loadAvg() string {
 func (r *report) add(c cell) { r.Cells = append(r.Cells, c) }
 
 // baselineOf names the mode each section's ratios are taken against.
-var baselineOf = map[string]string{"server": baselineMode, "client": clientBaseline}
+var baselineOf = map[string]string{"server": baselineMode, "client": clientBaseline, "mysql": mysqlBaseline, "redis": redisBaseline}
+
+// referenceOf names the mode of each section's second ratio, if it has one.
+var referenceOf = map[string]string{"server": naiveMode}
 
 type groupKey struct {
 	section, scenario string
@@ -211,15 +241,30 @@ type groupKey struct {
 func (r *report) finish() {
 	r.Finished = time.Now().UTC()
 	r.Machine.LoadAvgFinish = loadAvg()
-	base := map[groupKey]float64{}
+	base, ref, overhead := map[groupKey]float64{}, map[groupKey]float64{}, map[groupKey]float64{}
 	for _, c := range r.Cells {
+		k := groupKey{c.Section, c.Scenario, c.Clients, c.Round}
+		if c.Mode == overheadMode {
+			overhead[groupKey{c.servedBy, c.Scenario, c.Clients, c.Round}] = c.AllocsPerOpProcess
+		}
 		if b, ok := baselineOf[c.Section]; ok && c.Mode == b {
-			base[groupKey{c.Section, c.Scenario, c.Clients, c.Round}] = c.OpsPerSec
+			base[k] = c.OpsPerSec
+		}
+		if b, ok := referenceOf[c.Section]; ok && c.Mode == b {
+			ref[k] = c.OpsPerSec
 		}
 	}
 	for i, c := range r.Cells {
-		if b := base[groupKey{c.Section, c.Scenario, c.Clients, c.Round}]; b > 0 {
+		k := groupKey{c.Section, c.Scenario, c.Clients, c.Round}
+		if b := base[k]; b > 0 {
 			r.Cells[i].Ratio = c.OpsPerSec / b
+		}
+		if b := ref[k]; b > 0 {
+			r.Cells[i].RatioReference = c.OpsPerSec / b
+		}
+		r.Cells[i].AllocsPerOpHandler = -1
+		if o, ok := overhead[groupKey{c.servedBy, c.Scenario, c.Clients, c.Round}]; ok && c.servedBy != "" {
+			r.Cells[i].AllocsPerOpHandler = c.AllocsPerOpProcess - o
 		}
 	}
 	type sumKey struct {
@@ -253,7 +298,9 @@ func (r *report) finish() {
 			CPUMicrosPerOpProcess: pick(func(c cell) float64 { return c.CPUMicrosPerOpProcess }),
 			CPUMicrosPerOpHost:    pick(func(c cell) float64 { return c.CPUMicrosPerOpHost }),
 			AllocsPerOpProcess:    pick(func(c cell) float64 { return c.AllocsPerOpProcess }),
+			AllocsPerOpHandler:    pick(func(c cell) float64 { return c.AllocsPerOpHandler }),
 			Ratio:                 pick(func(c cell) float64 { return c.Ratio }),
+			RatioReference:        pick(func(c cell) float64 { return c.RatioReference }),
 		})
 	}
 	// Group by section and scenario, in the order they were run.
@@ -290,26 +337,34 @@ func (r *report) writeJSON(path string) error {
 // writeTable prints the summary as Markdown tables, one per section and
 // scenario.
 func (r *report) writeTable(w io.Writer) {
-	fmt.Fprintf(w, "\n%d round(s) × %.1f s per cell; %d CPUs (%s), %s; medians over rounds; ratio = ops/s over the baseline's in the same round\n",
+	fmt.Fprintf(w, "\n%d round(s) × %.1f s per cell; %d CPUs (%s), %s; medians over rounds; ratio = ops/s over the baseline's in the same round (ratio to reference: over the reference's); allocs/op process count the whole process, load generator included; allocs/op handler subtract the noop route's\n",
 		r.Settings.Rounds, r.Settings.CellSeconds, r.Machine.NProc, r.Machine.CPUModel, r.Machine.GoVersion)
 	fmt.Fprintf(w, "load average %s at the start, %s at the end\n", r.Machine.LoadAvgStart, r.Machine.LoadAvgFinish)
 	if r.Machine.Postgres != "" {
 		fmt.Fprintf(w, "PostgreSQL %s, pool %d\n", r.Machine.Postgres, r.Settings.PostgresPool)
 	}
+	if r.Machine.MySQL != "" {
+		fmt.Fprintf(w, "MySQL %s, pool %d\n", r.Machine.MySQL, r.Settings.PostgresPool)
+	}
+	for _, s := range r.Skipped {
+		fmt.Fprintln(w, s)
+	}
 	last := ""
 	for _, s := range r.Summary {
 		if g := s.Section + " " + s.Scenario; g != last {
 			last = g
-			fmt.Fprintf(w, "\n%s, %s (baseline: %s)\n\n", s.Section, s.Scenario, cmp.Or(baselineOf[s.Section], "none"))
-			fmt.Fprintln(w, "| mode | clients | ops/s | ratio | p50 | p99 | CPU µs/op process | CPU µs/op host | allocs/op process |")
-			fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+			fmt.Fprintf(w, "\n%s, %s (baseline: %s; reference: %s)\n\n", s.Section, s.Scenario,
+				cmp.Or(baselineOf[s.Section], "none"), cmp.Or(referenceOf[s.Section], "none"))
+			fmt.Fprintln(w, "| mode | clients | ops/s | ratio | ratio to reference | p50 | p99 | CPU µs/op process | CPU µs/op host | allocs/op process | allocs/op handler |")
+			fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 		}
-		ratio := "—"
-		if s.Ratio > 0 {
-			ratio = fmt.Sprintf("%.2f", s.Ratio)
+		handler := "—"
+		if s.AllocsPerOpHandler != -1 {
+			handler = fmt.Sprintf("%.0f", s.AllocsPerOpHandler)
 		}
-		fmt.Fprintf(w, "| %s | %d | %.0f | %s | %s | %s | %.0f | %.0f | %.0f |\n", s.Mode, s.Clients, s.OpsPerSec, ratio,
-			micros(s.P50Micros), micros(s.P99Micros), s.CPUMicrosPerOpProcess, s.CPUMicrosPerOpHost, s.AllocsPerOpProcess)
+		fmt.Fprintf(w, "| %s | %d | %.0f | %s | %s | %s | %s | %.0f | %.0f | %.0f | %s |\n", s.Mode, s.Clients, s.OpsPerSec,
+			ratioText(s.Ratio), ratioText(s.RatioReference),
+			micros(s.P50Micros), micros(s.P99Micros), s.CPUMicrosPerOpProcess, s.CPUMicrosPerOpHost, s.AllocsPerOpProcess, handler)
 	}
 	if sw := r.Sweep; sw != nil {
 		fmt.Fprintf(w, "\nsweep: %d expired rows deleted in %.1f s; claim p99 at %d clients %s without, %s during (%.2f×); WAL during the sweep %.1f MB (cluster-wide; background %.2f MB/s)\n",
@@ -322,6 +377,14 @@ func (r *report) writeTable(w io.Writer) {
 			float64(p.WALBytes)/1e6, p.BackgroundWALBytesPerSec/1e6)
 	}
 	fmt.Fprintf(w, "\nchecks passed: %s\n", strings.Join(r.Checks, "; "))
+}
+
+// ratioText is a ratio with two decimals, or "—" where there is none.
+func ratioText(r float64) string {
+	if r <= 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f", r)
 }
 
 func micros(us float64) string {

@@ -2,18 +2,17 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -25,10 +24,12 @@ import (
 	"github.com/idemkit/idemkit/server/pgstore"
 )
 
-// The server modes. baselineMode is the hand-written idempotent POST every
-// other mode is compared with in the same round.
+// The server modes. baselineMode is the batched hand-written idempotent
+// POST every other mode is compared with in the same round; naiveMode, the
+// unbatched one, is the second reference.
 const (
-	baselineMode = "handwritten"
+	baselineMode = "batched"
+	naiveMode    = "handwritten"
 	headerCell   = "X-Bench-Cell"
 	headerAcct   = "X-Account"
 	requestBody  = `{"amount":4000,"currency":"eur"}`
@@ -41,18 +42,23 @@ type serverMode struct {
 	// replays is false for a mode with no idempotency (the bare insert):
 	// it has no replay cell.
 	replays bool
+	// noEffect is true for the overhead route (noop): it writes no effect
+	// row.
+	noEffect bool
+	// section, when set, is the report's section of the mode's cells
+	// instead of its server's (a store measured against a baseline of its
+	// own, in the same rounds as the server's modes).
+	section string
 }
 
 // pgEnv is the PostgreSQL schema, the HTTP server on loopback and the client
 // that the server and sweeper sections share.
 type pgEnv struct {
+	target
 	pool    *pgxpool.Pool
 	store   *pgstore.Store
 	version string
 	schema  string
-	baseURL string
-	hc      *http.Client
-	modes   []serverMode
 	close   func()
 }
 
@@ -67,7 +73,7 @@ CREATE TABLE bench_payments (
     created_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX bench_payments_cell_idx ON bench_payments (cell);
--- The hand-written baseline's own idempotency table.
+-- The hand-written baselines' own idempotency tables.
 CREATE TABLE handwritten_keys (
     principal   text        NOT NULL,
     key         text        NOT NULL,
@@ -77,7 +83,8 @@ CREATE TABLE handwritten_keys (
     created_at  timestamptz NOT NULL DEFAULT now(),
     expires_at  timestamptz NOT NULL,
     PRIMARY KEY (principal, key)
-);`
+);
+CREATE TABLE batched_keys (LIKE handwritten_keys INCLUDING ALL);`
 
 // newPgEnv creates a schema of its own on cfg.DSN (dropped by close), the
 // idemkit store and the benchmark tables in it, and serves every mode on
@@ -89,7 +96,8 @@ func newPgEnv(ctx context.Context, cfg config) (env *pgEnv, err error) {
 		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
 	defer admin.Close(ctx)
-	env = &pgEnv{schema: schema}
+	env = &pgEnv{schema: schema, target: target{section: "server"}}
+	env.effects = env.countEffects
 	if err := admin.QueryRow(ctx, "SHOW server_version").Scan(&env.version); err != nil {
 		return nil, err
 	}
@@ -150,37 +158,31 @@ func newPgEnv(ctx context.Context, cfg config) (env *pgEnv, err error) {
 	if env.modes, err = selectModes(env.modes, cfg.Modes); err != nil {
 		return nil, err
 	}
-	mux := http.NewServeMux()
-	for _, m := range env.modes {
-		mux.Handle("POST /"+m.name, m.handler)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	stop, err := env.serve(cfg.maxClients())
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	closers = append(closers, func() { _ = srv.Close() })
-	env.baseURL = "http://" + ln.Addr().String() + "/"
-	maxClients := 1
-	for _, c := range cfg.Clients {
-		maxClients = max(maxClients, c, cfg.SweepCalls)
-	}
-	tr := &http.Transport{MaxIdleConns: maxClients * 2, MaxIdleConnsPerHost: maxClients * 2}
-	env.hc = &http.Client{Transport: tr, Timeout: time.Minute}
-	closers = append(closers, tr.CloseIdleConnections)
+	closers = append(closers, stop)
 	return env, nil
 }
 
-// selectModes keeps the baseline and the modes named (all when names is
-// empty), failing on a name that is no mode.
+// countEffects is the server section's target.effects.
+func (env *pgEnv) countEffects(ctx context.Context, cellID int, mode string) (rows, keys, otherMode int64, err error) {
+	err = env.pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT idem_key), count(*) FILTER (WHERE mode <> $2)
+FROM bench_payments WHERE cell = $1`, cellID, mode).Scan(&rows, &keys, &otherMode)
+	return rows, keys, otherMode, err
+}
+
+// selectModes keeps the baselines (the batched and the naive hand-written
+// POST), the overhead route and the modes named (all when names is empty),
+// failing on a name that is no mode.
 func selectModes(modes []serverMode, names []string) ([]serverMode, error) {
 	if len(names) == 0 {
 		return modes, nil
 	}
 	var kept []serverMode
 	for _, m := range modes {
-		if m.name == baselineMode || slices.Contains(names, m.name) {
+		if m.name == baselineMode || m.name == naiveMode || m.name == overheadMode || slices.Contains(names, m.name) {
 			kept = append(kept, m)
 		}
 	}
@@ -254,15 +256,17 @@ func defaultModes(env *pgEnv) ([]serverMode, error) {
 	}
 	onPool := func(*http.Request) execer { return pool }
 	return []serverMode{
-		{name: baselineMode, handler: &handwritten{pool: env.pool}, replays: true},
+		{name: baselineMode, handler: &batched{pool: env.pool}, replays: true},
+		{name: naiveMode, handler: &handwritten{pool: env.pool}, replays: true},
 		{name: "transactional", handler: txMW.Wrap(paymentHandler("transactional", onTx)), replays: true},
 		{name: "lease", handler: leaseMW.Wrap(paymentHandler("lease", onPool)), replays: true},
 		{name: "bare", handler: paymentHandler("bare", onPool), replays: false},
+		noopMode(),
 	}, nil
 }
 
-// handwritten is the idempotent POST as one writes it by hand with pgx, the
-// baseline: one transaction of BEGIN, the claim (INSERT ... ON CONFLICT DO
+// handwritten is the idempotent POST as one writes it naively by hand with
+// pgx, the second reference: one transaction of BEGIN, the claim (INSERT ... ON CONFLICT DO
 // NOTHING RETURNING), the effect insert, the response UPDATE and COMMIT — five
 // round trips for a new key. When the claim returns no row the key exists:
 // one SELECT of the stored response in the same transaction, then ROLLBACK
@@ -320,7 +324,7 @@ VALUES ($1, $2, $3, now() + interval '24 hours') ON CONFLICT DO NOTHING RETURNIN
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	resp, err := payment(ctx, tx, baselineMode, r, body)
+	resp, err := payment(ctx, tx, naiveMode, r, body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
@@ -361,7 +365,7 @@ func (p *replayPool) add(k replayKey) {
 
 // serverCell runs one cell of the server section: mode m at clients
 // clients, new keys or replays of pool's keys, and checks it.
-func serverCell(ctx context.Context, cfg config, env *pgEnv, m serverMode, scenario string, clients, cellID int, pool *replayPool) (*loadResult, error) {
+func serverCell(ctx context.Context, cfg config, env *target, m serverMode, scenario string, clients, cellID int, pool *replayPool) (*loadResult, error) {
 	url := env.baseURL + m.name
 	var keys []replayKey
 	if scenario == scenarioReplay {
@@ -390,6 +394,9 @@ func serverCell(ctx context.Context, cfg config, env *pgEnv, m serverMode, scena
 		req.Header.Set(headerAcct, k.account)
 		req.Header.Set(server.HeaderKey, k.key)
 		req.Header.Set(headerCell, cellHeader)
+		if m.noEffect {
+			req.Header.Set(headerScenario, scenario)
+		}
 		resp, err := env.hc.Do(req)
 		if err != nil {
 			return err
@@ -428,12 +435,11 @@ func serverCell(ctx context.Context, cfg config, env *pgEnv, m serverMode, scena
 	}
 	// One effect row per fresh 201, none for a replay.
 	want := res.ok
-	if scenario == scenarioReplay {
+	if scenario == scenarioReplay || m.noEffect {
 		want = 0
 	}
-	var rows, keysSeen, otherMode int64
-	if err := env.pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT idem_key), count(*) FILTER (WHERE mode <> $2)
-FROM bench_payments WHERE cell = $1`, cellID, m.name).Scan(&rows, &keysSeen, &otherMode); err != nil {
+	rows, keysSeen, otherMode, err := env.effects(ctx, cellID, m.name)
+	if err != nil {
 		return res, err
 	}
 	if rows != want || keysSeen != want || otherMode != 0 {
@@ -448,10 +454,10 @@ const (
 	scenarioReplay = "replay"
 )
 
-// runServer runs cfg.Rounds rounds; in each, for each client count, every
-// mode's new-key cell then every mode's replay cell, the modes in an order
-// rotated by one each round.
-func runServer(ctx context.Context, cfg config, env *pgEnv, rep *report, progress io.Writer) error {
+// runServer runs the cells of env's section: cfg.Rounds rounds; in each,
+// for each client count, every mode's new-key cell then every mode's replay
+// cell, the modes in an order rotated by one each round.
+func runServer(ctx context.Context, cfg config, env *target, rep *report, progress io.Writer) error {
 	pools := make(map[string]*replayPool, len(env.modes))
 	for _, m := range env.modes {
 		pools[m.name] = &replayPool{cap: cfg.ReplayPool}
@@ -473,7 +479,8 @@ func runServer(ctx context.Context, cfg config, env *pgEnv, rep *report, progres
 					if err != nil {
 						return fmt.Errorf("round %d, %d clients, %s, %s: %w", round, clients, scenario, m.name, err)
 					}
-					c := res.cell("server", scenario, m.name, clients, round, pos)
+					c := res.cell(cmp.Or(m.section, env.section), scenario, m.name, clients, round, pos)
+					c.servedBy = env.section
 					rep.add(c)
 					fmt.Fprintln(progress, c.progressLine())
 				}
