@@ -21,6 +21,7 @@
 //	idemkit_server_store_errors_total{op}    store errors by operation (see server.Event.StoreErrors)
 //	idemkit_server_claim_duration_seconds    latency of the claim call (histogram)
 //	idemkit_server_quota_rejections_total    new keys refused 429 by a per-principal quota
+//	idemkit_server_responses_not_captured_total  handlers that wrote around the middleware (response-not-captured)
 //
 // Each has the label store (Config.Store, "default" with New), so that the
 // metrics of several middlewares, one per store, can share a Registerer.
@@ -64,6 +65,7 @@ type Metrics struct {
 	storeErrors *prometheus.CounterVec
 	claimTime   prometheus.Histogram
 	quota       prometheus.Counter
+	notCaptured prometheus.Counter
 }
 
 // Config configures the Metrics of NewWithConfig. The zero value is valid.
@@ -130,6 +132,8 @@ func NewWithConfig(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14), ConstLabels: labels,
 		}),
 		quota: counter("quota_rejections_total", "New keys refused 429 because the principal is over a per-principal quota."),
+		notCaptured: counter("responses_not_captured_total",
+			"Handlers that returned without writing through the middleware's ResponseWriter: the record was completed as response-not-captured."),
 	}
 	for _, o := range outcomes {
 		m.requests.WithLabelValues(string(o))
@@ -138,7 +142,7 @@ func NewWithConfig(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 		m.storeErrors.WithLabelValues(op)
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.claims, m.replays, m.conflicts, m.mismatches,
-		m.releases, m.takeovers, m.leaseLost, m.storeErrors, m.claimTime, m.quota} {
+		m.releases, m.takeovers, m.leaseLost, m.storeErrors, m.claimTime, m.quota, m.notCaptured} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
@@ -176,6 +180,9 @@ func (m *Metrics) Observe(_ *http.Request, e server.Event) {
 	}
 	if e.LeaseLost > 0 {
 		m.leaseLost.Add(float64(e.LeaseLost))
+	}
+	if e.ResponseNotCaptured {
+		m.notCaptured.Inc()
 	}
 	for _, op := range e.StoreErrors {
 		m.storeErrors.WithLabelValues(op).Inc()

@@ -34,11 +34,13 @@ func TestMetrics_Observe(t *testing.T) {
 		{Outcome: server.OutcomeStoreError, Status: 503, StoreErrors: []string{"claim"}, ClaimDuration: ms},
 		{Outcome: server.OutcomeExecuted, Status: 201, Token: 1, StoreErrors: []string{"extend_lease", "extend_lease", "complete"}},
 		{Outcome: server.OutcomeRejected, Status: 429, StoreErrors: []string{"quota"}},
+		{Outcome: server.OutcomeExecuted, Status: 500, Token: 1, ResponseNotCaptured: true},
 	} {
 		met.Observe(nil, e)
 	}
 	require.Equal(t, map[string]float64{
-		"idemkit_server_claims_total":                          4,
+		"idemkit_server_claims_total":                          5,
+		"idemkit_server_responses_not_captured_total":          1,
 		"idemkit_server_conflicts_total":                       1,
 		"idemkit_server_lease_lost_total":                      1,
 		"idemkit_server_mismatches_total":                      1,
@@ -46,7 +48,7 @@ func TestMetrics_Observe(t *testing.T) {
 		"idemkit_server_replays_total":                         1,
 		"idemkit_server_takeovers_total":                       1,
 		`idemkit_server_requests_total{outcome="conflict"}`:    1,
-		`idemkit_server_requests_total{outcome="executed"}`:    3,
+		`idemkit_server_requests_total{outcome="executed"}`:    4,
 		`idemkit_server_requests_total{outcome="mismatch"}`:    1,
 		`idemkit_server_requests_total{outcome="rejected"}`:    2,
 		`idemkit_server_requests_total{outcome="released"}`:    1,
