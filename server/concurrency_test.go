@@ -172,7 +172,10 @@ func TestMiddleware_TenantsAreIsolated(t *testing.T) {
 func TestMiddleware_HeartbeatKeepsLease(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, kind string) {
-		const lease = 600 * time.Millisecond
+		// Long enough that an extension (every lease/3, each bounded by
+		// lease/3) is not lost to a slow round trip under -race on a loaded
+		// 2-core machine, where a 600 ms lease lost its claim on MySQL.
+		const lease = 1500 * time.Millisecond
 		b := mwSetup(t, kind, server.ModeLease, func(c *server.Config) { c.LeaseDuration = lease })
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
