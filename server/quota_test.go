@@ -199,13 +199,18 @@ func TestQuota_BurstOfNewKeysNeverOvershoots(t *testing.T) {
 				statuses <- res.Status
 			}()
 		}
-		created, refused := 0, 0
+		// A claim that waits out StoreTimeout behind SQLite's writer on a
+		// loaded machine is answered 503 and stores nothing: it is neither
+		// admitted nor refused by the quota.
+		created, refused, unavailable := 0, 0, 0
 		for range burst {
 			switch <-statuses {
 			case http.StatusCreated:
 				created++
 			case http.StatusTooManyRequests:
 				refused++
+			case http.StatusServiceUnavailable:
+				unavailable++
 			}
 		}
 		records := b.count(t, mwCountRecords)
@@ -213,7 +218,7 @@ func TestQuota_BurstOfNewKeysNeverOvershoots(t *testing.T) {
 		require.Equal(t, records, created)
 		if mode == server.ModeLease {
 			require.Equal(t, quota, created, "one replica admits exactly the quota")
-			require.Equal(t, burst-quota, refused)
+			require.Equal(t, burst-quota, refused+unavailable)
 		}
 	})
 }

@@ -86,7 +86,9 @@ func LookupDialect(name string) (Dialect, bool) {
 		}
 	case "ietf":
 		d = Dialect{
-			KeyQuoted:          true,
+			// Bare, as the client's ietf profile sends it: servers store the
+			// header value verbatim, quotes included (issue 17).
+			KeyQuoted:          false,
 			ReplayHeaders:      replaySpellings,
 			InFlight:           []Answer{{Status: http.StatusConflict}},
 			KeyReused:          []Answer{{Status: http.StatusUnprocessableEntity}, {Status: http.StatusExpectationFailed}},
@@ -110,8 +112,10 @@ func LookupDialect(name string) (Dialect, bool) {
 		d = Dialect{
 			KeyHeader: "Cko-Idempotency-Key",
 			Window:    24 * time.Hour,
-			InFlight:  []Answer{{Status: http.StatusTooManyRequests}},
-			Doc:       "https://www.checkout.com/docs/developer-resources/api/idempotency",
+			// 409 for a duplicate still being processed (it was 429, which
+			// older integrations may still see), as the client's profile.
+			InFlight: []Answer{{Status: http.StatusConflict}, {Status: http.StatusTooManyRequests}},
+			Doc:      "https://www.checkout.com/docs/developer-resources/api/idempotency",
 		}
 	case "paypal":
 		d = Dialect{KeyHeader: "PayPal-Request-Id",
