@@ -12,8 +12,8 @@
 //     marks replays (stripe, idemkit);
 //   - an in-flight answer while the first request still runs: 409 (stripe:
 //     code idempotency_key_in_use, no Retry-After; idemkit and ietf:
-//     problem+json with Retry-After), 429 for checkout (no Retry-After: its
-//     docs say wait 30 s), 409 for paypal ("might fail the second
+//     problem+json with Retry-After), 409 for checkout (it was 429; no
+//     Retry-After: its docs say wait 30 s), 409 for paypal ("might fail the second
 //     request") and adyen;
 //   - a refusal when the key comes back with another request: 400
 //     idempotency_error (stripe), 422 (idemkit: problem type key-reused;

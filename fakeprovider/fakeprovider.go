@@ -416,7 +416,7 @@ func (s *Server) writeInFlight(w http.ResponseWriter) {
 		s.writeJSON(w, http.StatusConflict, map[string]any{"error": map[string]any{"type": "idempotency_error", "code": "idempotency_key_in_use",
 			"message": "There is currently another in-progress request using this Idempotent Key (that probably means you submitted twice, and the other request is still going through)."}}, ra)
 	case "checkout":
-		s.writeJSON(w, http.StatusTooManyRequests, map[string]any{"error_type": "request_in_progress", "error_codes": []string{"idempotency_key_in_use"}}, ra)
+		s.writeJSON(w, http.StatusConflict, map[string]any{"error_type": "request_in_progress", "error_codes": []string{"idempotency_key_in_use"}}, ra)
 	case "paypal":
 		s.writeJSON(w, http.StatusConflict, map[string]any{"name": "RESOURCE_CONFLICT", "message": "A request with this PayPal-Request-Id is being processed."}, ra)
 	default:

@@ -94,7 +94,7 @@ func TestServer_HoldNext(t *testing.T) {
 		retryAfter string
 	}{
 		{"stripe", http.StatusConflict, "idempotency_key_in_use", ""},
-		{"checkout", http.StatusTooManyRequests, "request_in_progress", ""},
+		{"checkout", http.StatusConflict, "request_in_progress", ""},
 		{"paypal", http.StatusConflict, "RESOURCE_CONFLICT", ""},
 		{"ietf", http.StatusConflict, "in-flight", "1"},
 		{"idemkit", http.StatusConflict, "in-flight", "1"},
