@@ -47,12 +47,14 @@ type PrincipalFunc func(r *http.Request) (string, error)
 
 // Defaults of Config.
 const (
-	windowDefault              = 24 * time.Hour
-	leaseDurationDefault       = 30 * time.Second
-	lockTimeoutDefault         = 3 * time.Second
-	maxFingerprintBytesDefault = 1 << 20
-	maxResponseBytesDefault    = 1 << 20
-	storeTimeoutDefault        = 5 * time.Second
+	windowDefault                 = 24 * time.Hour
+	leaseDurationDefault          = 30 * time.Second
+	lockTimeoutDefault            = 3 * time.Second
+	maxFingerprintBytesDefault    = 1 << 20
+	maxResponseBytesDefault       = 1 << 20
+	storeTimeoutDefault           = 5 * time.Second
+	maxWaitingDefault             = 256
+	maxWaitingPerPrincipalDefault = 8
 )
 
 // replayHeadersDefault is the default Config.ReplayHeaders.
@@ -165,6 +167,76 @@ type Config struct {
 	// Last-Modified.
 	ReplayHeaders []string
 
+	// AuthorizeReplayFunc, if set, is called before every replay: a
+	// completed record about to be served to a duplicate, whatever the path
+	// (a replay after waiting, a legacy record, a response-not-captured
+	// problem included). It gets the request, so the principal's current
+	// authentication context is at hand, and the Replay (scope, operation,
+	// stored status). Returning an error refuses the replay: the request is
+	// answered 403 with the problem type replay-forbidden and never the
+	// stored body, and its Event has OutcomeReplayRefused and Err wrapping
+	// the error. The stored response was authorized when it was computed;
+	// the caller's permissions may have changed since (a revoked account, a
+	// token that lost a scope), so an API whose receipts are sensitive
+	// checks again here.
+	//
+	// Mount authentication before (outside) the middleware, so that r
+	// carries the principal's identity and permissions when this runs; the
+	// middleware itself never authorizes. The hook does not run for a new
+	// key or an in-flight duplicate (the handler authorizes those as it
+	// always does). It runs on the request's goroutine and must not retain
+	// r. Defaults to nil: every replay is served.
+	AuthorizeReplayFunc func(r *http.Request, rp Replay) error
+
+	// WaitInFlight, if positive, holds a duplicate that finds its key in
+	// flight up to this long while the original finishes, instead of
+	// answering 409 at once: once the original's response is stored the
+	// duplicate gets its replay; if the original released its claim (a 5xx,
+	// a panic, a rolled-back transaction) or its lease lapsed, the duplicate
+	// claims the key itself and runs as a new request would; past the limit
+	// it gets 409 in-flight + Retry-After, as without waiting. A waiting
+	// request holds no store connection or transaction: it is woken by the
+	// store (a Store that implements ChangeSubscriber, as pgstore.Store
+	// does with LISTEN/NOTIFY) or polls Store.Get, every 20 ms at first,
+	// doubling to 250 ms (to 1 s, as a fallback, under a ChangeSubscriber).
+	// In transactional mode, whose in-flight claims are invisible until
+	// they commit, each poll that finds no record also probes the lock with
+	// a claim that waits at most 10 ms (1 s on MySQL, whose lock wait
+	// counts whole seconds) and is rolled back at once. The request's
+	// context ending stops the wait (503 request-canceled). Bounded by
+	// MaxWaiting and MaxWaitingPerPrincipal. Defaults to 0: a duplicate of
+	// an in-flight request is answered 409 at once.
+	WaitInFlight time.Duration
+
+	// MaxWaiting bounds the requests of this middleware waiting at once
+	// (WaitInFlight); a duplicate over it is answered 409 at once, as
+	// without waiting. Defaults to 256.
+	MaxWaiting int
+
+	// MaxWaitingPerPrincipal bounds the requests of one principal waiting
+	// at once (WaitInFlight), so that one caller cannot take every waiting
+	// place; a duplicate over it is answered 409 at once. Defaults to 8.
+	MaxWaitingPerPrincipal int
+
+	// CorrelationIDFunc returns the correlation id of a request: stored
+	// with its completed record (inside the stored headers, no schema
+	// change; encrypted with them under server/sealstore) and, on every
+	// replay, put in the Event (Event.OriginalRequestID), in the log line
+	// and in the response header Idempotency-Original-Request-Id, so that a
+	// retry names the request that did the work. An id longer than 128
+	// bytes or with a byte outside letters, digits and -._~:/+=@ is
+	// dropped, never stored or sent. Return "" for none. Defaults to
+	// DefaultCorrelationID (the trace id of a W3C traceparent header, else
+	// X-Request-Id).
+	CorrelationIDFunc func(r *http.Request) string
+
+	// LogIdentifiers logs idempotency keys and principals as they are in
+	// the lines the middleware writes to Logger. Defaults to false: the
+	// attributes key and principal are replaced by "sha256:" and 16 hex
+	// digits of their SHA-256, the form `idemkit store inflight` prints, so
+	// that one request's lines still match each other.
+	LogIdentifiers bool
+
 	// OnEventFunc, if set, is called once for every keyed request, after
 	// its response was written. It must not retain r. Package
 	// server/prommetrics builds Prometheus metrics on it. Defaults to nil.
@@ -194,6 +266,11 @@ func (c *Config) WithDefaults() *Config {
 	}
 	out.ReplayHeaders = append([]string(nil), out.ReplayHeaders...)
 	out.Logger = cmp.Or(out.Logger, slog.Default())
+	out.MaxWaiting = cmp.Or(out.MaxWaiting, maxWaitingDefault)
+	out.MaxWaitingPerPrincipal = cmp.Or(out.MaxWaitingPerPrincipal, maxWaitingPerPrincipalDefault)
+	if out.CorrelationIDFunc == nil {
+		out.CorrelationIDFunc = DefaultCorrelationID
+	}
 	return &out
 }
 
@@ -228,6 +305,12 @@ func (c *Config) validate() error {
 	}
 	if c.MaxResponseBytes < 0 {
 		errs = append(errs, fmt.Errorf("Config.MaxResponseBytes must not be negative, got %d", c.MaxResponseBytes))
+	}
+	if c.WaitInFlight < 0 {
+		errs = append(errs, fmt.Errorf("Config.WaitInFlight must not be negative, got %v", c.WaitInFlight))
+	}
+	if c.MaxWaiting < 0 || c.MaxWaitingPerPrincipal < 0 {
+		errs = append(errs, errors.New("Config.MaxWaiting and Config.MaxWaitingPerPrincipal must not be negative"))
 	}
 	for _, h := range c.ReplayHeaders {
 		if h == "" || strings.ContainsAny(h, " \t\r\n:") {

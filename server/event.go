@@ -35,6 +35,10 @@ const (
 	// claimed (the client went away), or the handler then returned without
 	// writing anything; nothing is stored and nothing is held.
 	OutcomeCanceled Outcome = "canceled"
+	// OutcomeReplayRefused: 403 replay-forbidden; Config.AuthorizeReplayFunc
+	// refused to serve a completed record to this request. Nothing was
+	// sent of the stored response.
+	OutcomeReplayRefused Outcome = "replay_refused"
 )
 
 // Event describes one keyed request, for Config.OnEventFunc.
@@ -76,4 +80,19 @@ type Event struct {
 	// "get", "get_legacy", "usage", "quota" (a refusal by quota),
 	// "complete", "commit", "release", "extend_lease".
 	StoreErrors []string
+	// Waited is how long the request waited for an in-flight original
+	// (Config.WaitInFlight) before its answer; 0 if it did not wait.
+	Waited time.Duration
+	// WaitRefused is true when the request found its key in flight but
+	// could not wait because Config.MaxWaiting or
+	// Config.MaxWaitingPerPrincipal was reached: it was answered 409 at
+	// once.
+	WaitRefused bool
+	// RequestID is the request's correlation id (Config.CorrelationIDFunc),
+	// or "" if it had none (or an invalid one).
+	RequestID string
+	// OriginalRequestID is, on a replay (or a refused one), the correlation
+	// id of the request whose response was stored; "" if it had none or
+	// the record predates correlation ids.
+	OriginalRequestID string
 }

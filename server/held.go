@@ -63,7 +63,7 @@ func (m *Middleware) runHeld(w http.ResponseWriter, r *http.Request, reqCtx, cle
 			return false // keep buffering; the claim will be abandoned
 		}
 		finished = true
-		finishErr = held.finish(cleanup, r, m.storedResponse(rec, true))
+		finishErr = held.finish(cleanup, r, m.storedResponse(rec, true, ev.RequestID))
 		return finishErr == nil || held.effectSurvivesFailure()
 	}
 	handlerStart := time.Now()
@@ -121,7 +121,7 @@ func (m *Middleware) runHeld(w http.ResponseWriter, r *http.Request, reqCtx, cle
 		return
 	}
 	if !finished {
-		finishErr = held.finish(cleanup, r, m.storedResponse(rec, rec.overflowed))
+		finishErr = held.finish(cleanup, r, m.storedResponse(rec, rec.overflowed, ev.RequestID))
 	}
 	if finishErr != nil && held.answerFailure(w, r, rec, finishErr) {
 		return
@@ -157,10 +157,10 @@ var errResponseNotCaptured = errors.New("idemkit/server: the handler wrote nothi
 
 // notCapturedResponse is what a retry of a request whose response was not
 // captured gets: a final problem (a replay is never retried).
-func notCapturedResponse() *StoredResponse {
+func notCapturedResponse(requestID string) *StoredResponse {
 	return &StoredResponse{
 		Status: http.StatusInternalServerError,
-		Header: http.Header{"Content-Type": {"application/problem+json"}, "Cache-Control": {"no-store"}},
+		Header: withRequestID(http.Header{"Content-Type": {"application/problem+json"}, "Cache-Control": {"no-store"}}, requestID),
 		Body: problemBody(http.StatusInternalServerError, wire.ProblemNotCaptured,
 			"The operation ran once, but the server did not capture its response, so it cannot be replayed. Do not retry: check the operation's result another way."),
 	}
@@ -177,7 +177,7 @@ func (m *Middleware) notCaptured(w http.ResponseWriter, r *http.Request, ev *Eve
 		"idemkit: the handler wrote nothing through the middleware's ResponseWriter; its outcome is stored as response-not-captured and is never run again for this key",
 		scopeAttrs(ev.Scope)...)
 	rec := newRecorder(w, m.cfg.MaxResponseBytes) // empty: answerFailure may need one
-	if err := held.finish(context.WithoutCancel(r.Context()), r, notCapturedResponse()); err != nil && held.answerFailure(w, r, rec, err) {
+	if err := held.finish(context.WithoutCancel(r.Context()), r, notCapturedResponse(ev.RequestID)); err != nil && held.answerFailure(w, r, rec, err) {
 		return
 	} else if err != nil {
 		ev.Err = errors.Join(errResponseNotCaptured, err)

@@ -340,10 +340,21 @@ func attemptOf(res ClaimResult) Attempt {
 // serveLease runs a request in lease mode: the claim commits, with a
 // lease, before the handler runs.
 func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fps requestFingerprint, ev *Event) {
+	waiting := m.newWaitSession(ev)
+	for !m.serveLeaseOnce(w, r, next, scope, fps, ev, waiting) {
+		// The in-flight original this request waited for is gone (released,
+		// or its lease lapsed): claim again, as a new request would.
+	}
+}
+
+// serveLeaseOnce claims the scope once and answers the request, unless it
+// waited for an in-flight original that is gone and should claim again:
+// then it answers nothing and returns false.
+func (m *Middleware) serveLeaseOnce(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fps requestFingerprint, ev *Event, waiting *waitSession) (answered bool) {
 	ctx := r.Context()
 	if err := ctx.Err(); err != nil {
 		m.storeFailure(w, r, ev, "claim", err)
-		return
+		return true
 	}
 	cleanup := context.WithoutCancel(ctx)
 	// The local deadline counts from t0, taken before the claim's time: the
@@ -363,7 +374,7 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 		if err != nil {
 			cancelClaim()
 			m.storeFailure(w, r, ev, "usage", err)
-			return
+			return true
 		}
 		quota = q
 		defer quota.done()
@@ -382,24 +393,37 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 	quota.done() // the claim, if any, is committed: usage reads see it
 	if err != nil {
 		m.storeFailure(w, r, ev, "claim", err)
-		return
+		return true
 	}
 	if !res.Acquired {
-		m.answerExisting(w, r, res.Existing, fps, ev)
-		return
+		ex := res.Existing
+		if ex != nil && ex.State == StateInProgress && fps.matches(ex) {
+			verdict, rec, err := waiting.await(ctx, m.leaseWaitCheck(scope, fps))
+			switch {
+			case err != nil:
+				m.storeFailure(w, r, ev, "get", err)
+				return true
+			case verdict == waitClaim:
+				return false
+			case rec != nil:
+				ex = rec // completed (a replay), or the latest in-progress record (409)
+			}
+		}
+		m.answerExisting(w, r, ex, fps, ev)
+		return true
 	}
 	if quota.refuses(res) {
 		m.release(cleanup, r, ev, res.Token)
 		ev.Released = false // nothing of the request's ran
 		m.quotaExceeded(w, ev, quota)
-		return
+		return true
 	}
 	if err := ctx.Err(); err != nil {
 		// Claimed for a client that is gone: free the key at once rather
 		// than holding it for a whole lease.
 		m.release(cleanup, r, ev, res.Token)
 		m.storeFailure(w, r, ev, "claim", err)
-		return
+		return true
 	}
 	m.acquired(ev, res)
 	hctx, cancelHandler := context.WithCancelCause(ctx)
@@ -407,6 +431,7 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 	l := m.startLease(cleanup, ev, res, t0, cancelHandler)
 	defer l.end()
 	m.runHeld(w, r.WithContext(context.WithValue(hctx, ctxKeyAttempt, attemptOf(res))), ctx, cleanup, next, l, ev)
+	return true
 }
 
 // release frees a lease-mode claim after a 5xx or a panic.

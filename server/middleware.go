@@ -9,9 +9,11 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/idemkit/idemkit/internal/redact"
 	"github.com/idemkit/idemkit/internal/wire"
 )
 
@@ -25,6 +27,7 @@ type Middleware struct {
 	replayHeaders map[string]bool
 	timeNowFunc   func() time.Time
 	durations     durations
+	waiting       waiters
 	usage         usageReporter // set when quotas are on
 	quotas        quotaGates
 }
@@ -48,10 +51,13 @@ func New(store Store, cfg *Config) (*Middleware, error) {
 		}
 		usage = u
 	}
+	if !c.LogIdentifiers {
+		c.Logger = slog.New(redact.Handler(c.Logger.Handler(), "key", "principal"))
+	}
 	allowed := make(map[string]bool, len(c.ReplayHeaders))
 	for _, h := range c.ReplayHeaders {
 		h = http.CanonicalHeaderKey(h)
-		if !neverStored[h] {
+		if !neverStored[h] && !slices.Contains(neverStoredCorrelation, h) {
 			allowed[h] = true
 		}
 	}
@@ -148,6 +154,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	w.Header().Set(wire.HeaderWindow, m.window)
+	ev.RequestID = m.correlationID(r)
 
 	principal, err := m.cfg.PrincipalFunc(r)
 	if err == nil && principal == "" {
@@ -332,7 +339,7 @@ func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, ex *
 			m.storeFailure(w, r, ev, "claim", errors.New("idemkit/server: completed record has no response"))
 			return
 		}
-		m.replay(w, ex.Response, ev)
+		m.replay(w, r, ex, ev)
 		return
 	}
 	ev.Outcome, ev.Status, ev.Err = OutcomeConflict, http.StatusConflict, ErrInFlight
@@ -340,28 +347,10 @@ func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, ex *
 		detailInFlight, m.inFlightRetryAfter(r, ev.Scope, ex))
 }
 
-func (m *Middleware) replay(w http.ResponseWriter, resp *StoredResponse, ev *Event) {
-	h := w.Header()
-	for k, v := range resp.Header {
-		h[k] = v
-	}
-	h.Set(wire.HeaderReplayed, "true")
-	if resp.BodyOmitted {
-		h.Set(wire.HeaderOmitted, "true")
-	}
-	if bodyAllowed(resp.Status) {
-		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
-	}
-	ev.Outcome, ev.Status = OutcomeReplayed, resp.Status
-	w.WriteHeader(resp.Status)
-	if bodyAllowed(resp.Status) && !resp.BodyOmitted {
-		_, _ = w.Write(resp.Body)
-	}
-}
-
 // storedResponse is what gets stored for rec: the status, the allowlisted
-// headers and the body, or no body when omit is true.
-func (m *Middleware) storedResponse(rec *recorder, omit bool) *StoredResponse {
+// headers and the body, or no body when omit is true, and the request's
+// correlation id requestID, if any, in the reserved header entry.
+func (m *Middleware) storedResponse(rec *recorder, omit bool, requestID string) *StoredResponse {
 	status, h := rec.result()
 	stored := make(http.Header)
 	for k, v := range h {
@@ -369,7 +358,7 @@ func (m *Middleware) storedResponse(rec *recorder, omit bool) *StoredResponse {
 			stored[http.CanonicalHeaderKey(k)] = append([]string(nil), v...)
 		}
 	}
-	resp := &StoredResponse{Status: status, Header: stored, BodyOmitted: omit}
+	resp := &StoredResponse{Status: status, Header: withRequestID(stored, requestID), BodyOmitted: omit}
 	if !omit {
 		resp.Body = bytes.Clone(rec.body.Bytes())
 		if resp.Body == nil {

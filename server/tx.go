@@ -13,6 +13,18 @@ import (
 // serveTx runs a request in transactional mode: the claim, the handler's
 // effect and the stored response commit in one transaction.
 func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fps requestFingerprint, ev *Event) {
+	waiting := m.newWaitSession(ev)
+	for !m.serveTxOnce(w, r, next, scope, fps, ev, waiting) {
+		// The in-flight original this request waited for rolled back:
+		// claim again, as a new request would.
+	}
+}
+
+// serveTxOnce claims the scope once and answers the request, unless it
+// waited for an in-flight original that rolled back and should claim
+// again: then it answers nothing and returns false. Its transaction is
+// rolled back before it waits.
+func (m *Middleware) serveTxOnce(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fps requestFingerprint, ev *Event, waiting *waitSession) (answered bool) {
 	ctx := r.Context()
 	// Fast path for replays: a completed record never changes until it
 	// expires, so a plain read answers a duplicate without a transaction (and,
@@ -26,7 +38,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 		cancelGet()
 		if err == nil && existing.State == StateCompleted {
 			m.answerExisting(w, r, existing, fps, ev)
-			return
+			return true
 		}
 	}
 	// Under the quotas, a key is checked before its claim; a key that
@@ -38,7 +50,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 		q, err := m.checkQuota(ctx, scope, false)
 		if err != nil {
 			m.storeFailure(w, r, ev, "usage", err)
-			return
+			return true
 		}
 		quota = q
 		defer quota.done()
@@ -51,7 +63,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 	if err != nil {
 		cancelCall()
 		m.storeFailure(w, r, ev, "begin", err)
-		return
+		return true
 	}
 	req := m.claimRequest(scope, fps, m.cfg.LockTimeout)
 	t0 := time.Now()
@@ -62,18 +74,36 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 		// Nothing of this request's is in the transaction (on pgstore, a
 		// replay has not even begun one).
 		m.rollback(ctx, tx, scope)
+		ex := res.Existing
+		if errors.Is(err, ErrInFlight) || (err == nil && ex != nil && ex.State == StateInProgress && fps.matches(ex)) {
+			// The original's claim is in flight. The transaction is over
+			// and this request reserves no quota place: a waiting request
+			// holds neither.
+			quota.done()
+			verdict, rec, waitErr := waiting.await(ctx, m.txWaitCheck(scope, fps))
+			switch {
+			case waitErr != nil:
+				m.storeFailure(w, r, ev, "get", waitErr)
+				return true
+			case verdict == waitClaim:
+				return false
+			case verdict == waitAnswer:
+				m.answerExisting(w, r, rec, fps, ev)
+				return true
+			}
+		}
 		if err != nil {
 			m.storeFailure(w, r, ev, "claim", err)
-			return
+			return true
 		}
-		m.answerExisting(w, r, res.Existing, fps, ev)
-		return
+		m.answerExisting(w, r, ex, fps, ev)
+		return true
 	}
 	cleanup := context.WithoutCancel(ctx)
 	if quota.refuses(res) {
 		m.rollback(cleanup, tx, scope)
 		m.quotaExceeded(w, ev, quota)
-		return
+		return true
 	}
 	t := &txClaim{m: m, ctx: cleanup, tx: tx, ev: ev}
 	defer t.end() // a no-op after Commit or Rollback
@@ -81,6 +111,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 	t.token = res.Token
 	hctx := context.WithValue(context.WithValue(ctx, ctxKeyTx, tx.Handle()), ctxKeyAttempt, attemptOf(res))
 	m.runHeld(w, r.WithContext(hctx), ctx, cleanup, next, t, ev)
+	return true
 }
 
 // txClaimReader is a Store whose StoreTx.Claim, first in its transaction,

@@ -12,4 +12,9 @@ const (
 	// HeaderWindow is on every response to a keyed request: the retention
 	// window in whole seconds.
 	HeaderWindow = "Idempotency-Window"
+	// HeaderOriginalRequestID is on a replay whose original request had a
+	// correlation id (a traceparent trace id, an X-Request-Id): that id, so
+	// that an operator following a retry lands on the request that did the
+	// work.
+	HeaderOriginalRequestID = "Idempotency-Original-Request-Id"
 )

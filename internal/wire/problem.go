@@ -25,6 +25,7 @@ const (
 	ProblemEndpointInvalid  = "endpoint-invalid"
 	ProblemQuotaExceeded    = "quota-exceeded"
 	ProblemNotCaptured      = "response-not-captured"
+	ProblemReplayForbidden  = "replay-forbidden"
 )
 
 // problemTitles are the fixed titles of each slug.
@@ -45,6 +46,7 @@ var problemTitles = map[string]string{
 	ProblemEndpointInvalid:  "Operation name cannot scope an Idempotency-Key",
 	ProblemQuotaExceeded:    "Idempotency quota exceeded",
 	ProblemNotCaptured:      "The operation ran once; its response was not captured",
+	ProblemReplayForbidden:  "Not allowed to read this Idempotency-Key's stored response",
 }
 
 // ProblemType returns the problem type URI of slug: ProblemTypeBase + slug.

@@ -30,7 +30,7 @@ func TestProblemSlug_InvertsProblemType(t *testing.T) {
 func TestProblemType(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "https://github.com/idemkit/idemkit/blob/main/docs/problems.md#key-reused", ProblemType(ProblemKeyReused))
-	require.Len(t, problemTitles, 16, "every Problem* constant has a title")
+	require.Len(t, problemTitles, 17, "every Problem* constant has a title")
 }
 
 // Every problem type URI must resolve to a section of docs/problems.md.

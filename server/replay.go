@@ -1,0 +1,77 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/idemkit/idemkit/internal/wire"
+)
+
+// A Replay is a completed record about to be served to a duplicate, as
+// Config.AuthorizeReplayFunc sees it.
+type Replay struct {
+	// Scope is the record's scope: Principal (the caller, as PrincipalFunc
+	// named it), Endpoint (the operation name, "*" when the route names
+	// none) and Key.
+	Scope
+	// Status is the stored response's status.
+	Status int
+	// CreatedAt is when the original request claimed the key.
+	CreatedAt time.Time
+	// OriginalRequestID is the correlation id of the original request (see
+	// Config.CorrelationIDFunc), or "".
+	OriginalRequestID string
+}
+
+// errReplayForbidden wraps the error of Config.AuthorizeReplayFunc in the
+// Event.Err of a refused replay. HTTP: 403 replay-forbidden.
+var errReplayForbidden = errors.New("idemkit/server: replay refused by Config.AuthorizeReplayFunc")
+
+// detailReplayForbidden is the detail of a replay-forbidden problem: it
+// says nothing of the stored response.
+const detailReplayForbidden = "The request with this Idempotency-Key was already processed, but you are not allowed to read its stored response now. Nothing was done for this request; do not retry with the same key."
+
+// replay sends the stored response of ex, a completed record, unless
+// Config.AuthorizeReplayFunc refuses it.
+func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, ex *Record, ev *Event) {
+	resp := ex.Response
+	header, original := takeRequestID(resp.Header)
+	ev.OriginalRequestID = original
+	if f := m.cfg.AuthorizeReplayFunc; f != nil {
+		err := f(r, Replay{Scope: ex.Scope, Status: resp.Status, CreatedAt: ex.CreatedAt, OriginalRequestID: original})
+		if err != nil {
+			ev.Outcome, ev.Status, ev.Err = OutcomeReplayRefused, http.StatusForbidden, fmt.Errorf("%w: %w", errReplayForbidden, err)
+			m.cfg.Logger.LogAttrs(r.Context(), slog.LevelInfo, "idemkit: replay refused by AuthorizeReplayFunc",
+				scopeAttrs(ev.Scope, slog.Int("stored_status", resp.Status), slog.String("request_id", ev.RequestID),
+					slog.String("original_request_id", original), slog.Any("error", err))...)
+			writeProblem(w, http.StatusForbidden, wire.ProblemReplayForbidden, detailReplayForbidden, 0)
+			return
+		}
+	}
+	h := w.Header()
+	for k, v := range header {
+		h[k] = v
+	}
+	h.Set(wire.HeaderReplayed, "true")
+	if original != "" {
+		h.Set(wire.HeaderOriginalRequestID, original)
+	}
+	if resp.BodyOmitted {
+		h.Set(wire.HeaderOmitted, "true")
+	}
+	if bodyAllowed(resp.Status) {
+		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	}
+	ev.Outcome, ev.Status = OutcomeReplayed, resp.Status
+	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelInfo, "idemkit: replayed the stored response",
+		scopeAttrs(ev.Scope, slog.Int("status", resp.Status), slog.String("request_id", ev.RequestID),
+			slog.String("original_request_id", original), slog.Duration("waited", ev.Waited))...)
+	w.WriteHeader(resp.Status)
+	if bodyAllowed(resp.Status) && !resp.BodyOmitted {
+		_, _ = w.Write(resp.Body)
+	}
+}

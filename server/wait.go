@@ -1,0 +1,275 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// A ChangeSubscriber is a Store that can wake a request waiting for an in-flight
+// record (Config.WaitInFlight) as soon as that record changes, instead of polling.
+// pgstore.Store implements it with LISTEN/NOTIFY; other stores are polled.
+type ChangeSubscriber interface {
+	// SubscribeChange returns a channel that is closed once the record of s may
+	// have changed (completed, released, taken over, deleted) after the call
+	// returned — possibly spuriously, never later than the change is visible
+	// to Get — and a stop function the caller must call. It does not block on
+	// the change itself. ctx bounds only the setup.
+	SubscribeChange(ctx context.Context, s Scope) (changed <-chan struct{}, stop func(), err error)
+}
+
+// Polling while waiting for an in-flight original: the first interval,
+// doubled after every poll up to the last. Under a ChangeSubscriber the
+// poll is only a fallback for a lost notification (and, in transactional
+// mode, the way a rolled-back original is noticed).
+const (
+	waitPollMin           = 20 * time.Millisecond
+	waitPollMax           = 250 * time.Millisecond
+	waitPollSubscribedMin = 250 * time.Millisecond
+	waitPollSubscribedMax = time.Second
+)
+
+// waitProbeLockTimeout bounds how long the lock probe of a transactional
+// waiter waits on the original's uncommitted claim.
+const waitProbeLockTimeout = 10 * time.Millisecond
+
+// waiters counts the requests waiting for an in-flight original, in all
+// and per principal.
+type waiters struct {
+	mu          sync.Mutex
+	total       int
+	byPrincipal map[string]int
+}
+
+// enter takes a waiting place for principal, unless a bound is reached.
+func (ws *waiters) enter(principal string, maxTotal, maxPerPrincipal int) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.total >= maxTotal || ws.byPrincipal[principal] >= maxPerPrincipal {
+		return false
+	}
+	if ws.byPrincipal == nil {
+		ws.byPrincipal = make(map[string]int)
+	}
+	ws.total++
+	ws.byPrincipal[principal]++
+	return true
+}
+
+// leave gives back a place enter took.
+func (ws *waiters) leave(principal string) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ws.total--
+	if n := ws.byPrincipal[principal] - 1; n > 0 {
+		ws.byPrincipal[principal] = n
+	} else {
+		delete(ws.byPrincipal, principal)
+	}
+}
+
+// Waiting returns how many requests are waiting for an in-flight original
+// at this moment (Config.WaitInFlight). Package server/prommetrics exports
+// it as the gauge idemkit_server_waiting.
+func (m *Middleware) Waiting() int {
+	m.waiting.mu.Lock()
+	defer m.waiting.mu.Unlock()
+	return m.waiting.total
+}
+
+// waitVerdict is what one look at a waited-for record found.
+type waitVerdict int
+
+const (
+	// waitKeep: the original is still in flight; keep waiting (or, from
+	// await, give up: answer 409 as without waiting).
+	waitKeep waitVerdict = iota
+	// waitAnswer: answer from the record (a replay, or a 422).
+	waitAnswer
+	// waitClaim: the original released its claim or its lease lapsed;
+	// claim the key again, as a new request would.
+	waitClaim
+)
+
+// waitCheck looks at the waited-for record once. With waitKeep it returns
+// the in-progress record, if it saw one.
+type waitCheck func(ctx context.Context) (waitVerdict, *Record, error)
+
+// waitSession is one request's waiting for its in-flight original: its
+// deadline counts from the first wait and holds across claims again.
+type waitSession struct {
+	m        *Middleware
+	ev       *Event
+	started  time.Time
+	deadline time.Time
+	interval time.Duration
+	// claimedAgain is set when await last said to claim again: the claim
+	// found the key in flight once more (another request won it, or the
+	// store's clock does not yet see the lease lapsed), so the next await
+	// waits a poll interval before it looks, rather than spin.
+	claimedAgain bool
+}
+
+// newWaitSession returns the waiting of a request, or nil when
+// Config.WaitInFlight is off.
+func (m *Middleware) newWaitSession(ev *Event) *waitSession {
+	if m.cfg.WaitInFlight <= 0 {
+		return nil
+	}
+	return &waitSession{m: m, ev: ev}
+}
+
+// await waits for the in-flight original of the request's scope, checking
+// its record with check at every wake-up, until check says to answer or to
+// claim again, the wait's limit passes, or ctx ends. It returns waitKeep
+// (with the last in-progress record seen, if any) when the request should
+// be answered 409 as without waiting: the limit passed, waiting is off
+// (s is nil) or a bound on waiting requests was reached. An error is a
+// store failure or ctx's error. While it waits it holds no store
+// connection: the store wakes it (ChangeSubscriber) or it polls.
+func (s *waitSession) await(ctx context.Context, check waitCheck) (waitVerdict, *Record, error) {
+	if s == nil || s.ev.WaitRefused {
+		return waitKeep, nil, nil
+	}
+	m, scope := s.m, s.ev.Scope
+	if !m.waiting.enter(scope.Principal, m.cfg.MaxWaiting, m.cfg.MaxWaitingPerPrincipal) {
+		s.ev.WaitRefused = true
+		m.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "idemkit: too many requests waiting; answering 409 at once",
+			scopeAttrs(scope)...)
+		return waitKeep, nil, nil
+	}
+	defer m.waiting.leave(scope.Principal)
+	sub, subscribes := m.store.(ChangeSubscriber)
+	maxInterval := waitPollMax
+	if subscribes {
+		maxInterval = waitPollSubscribedMax
+	}
+	if s.started.IsZero() {
+		s.started = time.Now()
+		s.deadline = s.started.Add(m.cfg.WaitInFlight)
+		s.interval = waitPollMin
+		if subscribes {
+			s.interval = waitPollSubscribedMin
+		}
+	}
+	defer func() { s.ev.Waited = time.Since(s.started) }()
+
+	skipCheck := s.claimedAgain
+	s.claimedAgain = false
+	for {
+		var changed <-chan struct{}
+		stop := func() {}
+		if subscribes {
+			subCtx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+			ch, st, err := sub.SubscribeChange(subCtx, scope)
+			cancel()
+			if err == nil {
+				changed, stop = ch, st
+			} else if ctx.Err() == nil {
+				// Polling still finds the change.
+				m.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "idemkit: could not subscribe to the record's changes; polling",
+					scopeAttrs(scope, slog.Any("error", err))...)
+			}
+		}
+		var rec *Record
+		if !skipCheck {
+			verdict, r, err := check(ctx)
+			if err != nil || verdict != waitKeep {
+				stop()
+				s.claimedAgain = verdict == waitClaim
+				return verdict, r, err
+			}
+			rec = r
+		}
+		skipCheck = false
+		left := time.Until(s.deadline)
+		if left <= 0 {
+			stop()
+			return waitKeep, rec, nil
+		}
+		t := time.NewTimer(min(s.interval, left))
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			stop()
+			return waitKeep, nil, ctx.Err()
+		}
+		t.Stop()
+		stop()
+		s.interval = min(2*s.interval, maxInterval)
+	}
+}
+
+// getForWait reads the record of scope for a waiter, bounded by
+// Config.StoreTimeout.
+func (m *Middleware) getForWait(ctx context.Context, scope Scope) (*Record, error) {
+	callCtx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+	defer cancel()
+	return m.store.Get(callCtx, scope, m.now())
+}
+
+// leaseWaitCheck is the waitCheck of lease mode, whose in-flight claims
+// are committed: a completed record (or one of another request) answers,
+// a released one or a lapsed lease is claimed again.
+func (m *Middleware) leaseWaitCheck(scope Scope, fps requestFingerprint) waitCheck {
+	return func(ctx context.Context) (waitVerdict, *Record, error) {
+		rec, err := m.getForWait(ctx, scope)
+		switch {
+		case errors.Is(err, ErrRecordNotFound):
+			return waitClaim, nil, nil
+		case err != nil:
+			return waitKeep, nil, err
+		case rec.State == StateCompleted || !fps.matches(rec):
+			return waitAnswer, rec, nil
+		case !rec.LockedUntil.After(m.now()):
+			return waitClaim, nil, nil // the claim takes the lapsed lease over
+		}
+		return waitKeep, rec, nil
+	}
+}
+
+// txWaitCheck is the waitCheck of transactional mode, whose in-flight
+// claims are invisible until they commit: a completed record answers;
+// without one, a claim that waits at most waitProbeLockTimeout on the
+// original's lock, rolled back at once, tells a running original (the lock
+// is held) from one that rolled back (claim again).
+func (m *Middleware) txWaitCheck(scope Scope, fps requestFingerprint) waitCheck {
+	return func(ctx context.Context) (waitVerdict, *Record, error) {
+		rec, err := m.getForWait(ctx, scope)
+		switch {
+		case err == nil && (rec.State == StateCompleted || !fps.matches(rec)):
+			return waitAnswer, rec, nil
+		case err != nil && !errors.Is(err, ErrRecordNotFound):
+			return waitKeep, nil, err
+		}
+		probe := min(m.cfg.LockTimeout, waitProbeLockTimeout)
+		callCtx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+		defer cancel()
+		tx, err := m.store.BeginTx(callCtx, probe)
+		if err != nil {
+			if errors.Is(err, ErrStoreBusy) || errors.Is(err, ErrInFlight) {
+				return waitKeep, nil, nil
+			}
+			return waitKeep, nil, err
+		}
+		res, err := tx.Claim(callCtx, m.claimRequest(scope, fps, probe))
+		rbCtx, cancelRb := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.StoreTimeout)
+		m.rollback(rbCtx, tx, scope)
+		cancelRb()
+		switch {
+		case errors.Is(err, ErrInFlight) || errors.Is(err, ErrStoreBusy):
+			return waitKeep, nil, nil
+		case err != nil:
+			return waitKeep, nil, err
+		case res.Acquired:
+			return waitClaim, nil, nil
+		case res.Existing != nil && (res.Existing.State == StateCompleted || !fps.matches(res.Existing)):
+			return waitAnswer, res.Existing, nil
+		}
+		return waitKeep, res.Existing, nil
+	}
+}
