@@ -32,3 +32,9 @@ const MaxScopePartBytesForTest = maxScopePartBytes
 func FingerprintAtForTest(r *http.Request, body []byte, version int) []byte {
 	return fingerprintRequest(r, body).at(version)
 }
+
+// Correlation ids, for the table tests.
+var (
+	ValidCorrelationIDForTest    = validCorrelationID
+	HeaderStoredRequestIDForTest = headerStoredRequestID
+)
