@@ -49,6 +49,9 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	// The middleware hashes its own lines' identifiers (unless
+	// LogIdentifiers), so it gets the logger as given.
+	mwLogger := cfg.Logger
 	if !cfg.LogIdentifiers {
 		cfg.Logger = slog.New(redact.Handler(cfg.Logger.Handler(), "key", "principal"))
 	}
@@ -155,9 +158,16 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 		LeaseDuration: cfg.LeaseDuration,
 		LockTimeout:   cfg.LockTimeout,
 		OnEventFunc:   onEvent,
-		Logger:        cfg.Logger,
+		Logger:        mwLogger,
+		// Waiting, replay authorization: see wait.go.
+		LogIdentifiers:      cfg.LogIdentifiers,
+		WaitInFlight:        cfg.WaitInFlight,
+		AuthorizeReplayFunc: cfg.authorizeReplay(),
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := a.registerWaiting(mw); err != nil {
 		return nil, err
 	}
 	a.handler = a.handlers.routes(mw)

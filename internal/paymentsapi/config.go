@@ -103,6 +103,17 @@ type Config struct {
 	// inflight` prints). Defaults to false.
 	LogIdentifiers bool
 
+	// WaitInFlight, if positive, holds a duplicate of a payment still in
+	// flight up to this long for the original's answer instead of a 409
+	// (server.Config.WaitInFlight). Defaults to 0 (409 at once).
+	WaitInFlight time.Duration
+
+	// RevokedAccounts are accounts whose stored payment responses are no
+	// longer replayed: a retry of theirs is answered 403 replay-forbidden
+	// (server.Config.AuthorizeReplayFunc). Defaults to nil (every replay is
+	// served).
+	RevokedAccounts []string
+
 	// EncryptionKey, if set, is a 32-byte AES-256 key: stored responses
 	// are sealed with it at rest (server/sealstore: AES-256-GCM bound to
 	// the request's scope). Defaults to nil (stored as they are).
@@ -167,6 +178,9 @@ func (c *Config) validate() error {
 	}
 	if c.LeaseDuration <= 0 || c.LeaseDuration >= c.Window {
 		errs = append(errs, fmt.Errorf("paymentsapi: Config.LeaseDuration must be positive and shorter than Config.Window (%v), got %v", c.Window, c.LeaseDuration))
+	}
+	if c.WaitInFlight < 0 {
+		errs = append(errs, fmt.Errorf("paymentsapi: Config.WaitInFlight must not be negative, got %v", c.WaitInFlight))
 	}
 	if c.LockTimeout < 0 {
 		errs = append(errs, fmt.Errorf("paymentsapi: Config.LockTimeout must not be negative, got %v", c.LockTimeout))

@@ -82,7 +82,7 @@ const storeLabelDefault = "default"
 // outcomes are the values of the label outcome, every server.Outcome.
 var outcomes = []server.Outcome{server.OutcomeExecuted, server.OutcomeReplayed, server.OutcomeConflict,
 	server.OutcomeMismatch, server.OutcomeRejected, server.OutcomeReleased, server.OutcomeStoreError,
-	server.OutcomeUnknown, server.OutcomeCanceled}
+	server.OutcomeUnknown, server.OutcomeCanceled, server.OutcomeReplayRefused}
 
 // storeOps are the values of the label op, every operation of
 // server.Event.StoreErrors.

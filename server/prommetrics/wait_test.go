@@ -1,0 +1,41 @@
+package prommetrics_test
+
+import (
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/server/prommetrics"
+)
+
+type fakeWaiter struct{ n atomic.Int64 }
+
+func (f *fakeWaiter) Waiting() int { return int(f.n.Load()) }
+
+// The gauge reads the middleware's count of waiting requests at every
+// scrape, under the store label.
+func TestWaitingGauge_ReadsAtScrape(t *testing.T) {
+	t.Parallel()
+	w := &fakeWaiter{}
+	g, err := prommetrics.NewWaitingGauge(w, &prommetrics.Config{Store: "postgres"})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(g))
+	scrape := func() float64 {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		require.Len(t, mfs, 1)
+		require.Equal(t, "idemkit_server_waiting", mfs[0].GetName())
+		m := mfs[0].GetMetric()[0]
+		require.Equal(t, "store", m.GetLabel()[0].GetName())
+		require.Equal(t, "postgres", m.GetLabel()[0].GetValue())
+		return m.GetGauge().GetValue()
+	}
+	require.InDelta(t, 0, scrape(), 0)
+	w.n.Store(3)
+	require.InDelta(t, 3, scrape(), 0)
+	_, err = prommetrics.NewWaitingGauge(nil, nil)
+	require.Error(t, err)
+}
