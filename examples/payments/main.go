@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -115,6 +116,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.cfg.LogIdentifiers, "log-identifiers", o.cfg.LogIdentifiers, "log idempotency keys and accounts as they are (by default they are hashed)")
 	fs.StringVar(&o.keyFile, "encryption-key-file", "", "seal stored responses at rest with the AES-256 key in FILE (64 hex digits, e.g. from: openssl rand -hex 32)")
 	fs.BoolVar(&o.metrics, "metrics", o.metrics, "serve Prometheus metrics on GET /metrics (the middleware's counters, the store's health)")
+	fs.DurationVar(&o.cfg.WaitInFlight, "wait", o.cfg.WaitInFlight, "hold a retry of a payment still in flight up to this long for the original's answer instead of 409 (0: 409 at once)")
+	fs.Func("revoked-accounts", "comma-separated accounts whose stored payments are no longer replayed: their retries get 403 replay-forbidden", func(v string) error {
+		for _, a := range strings.Split(v, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				o.cfg.RevokedAccounts = append(o.cfg.RevokedAccounts, a)
+			}
+		}
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -168,6 +178,9 @@ func (o options) validate() error {
 	}
 	if o.sweep < 0 {
 		errs = append(errs, fmt.Errorf("--sweep must not be negative, got %v", o.sweep))
+	}
+	if o.cfg.WaitInFlight < 0 {
+		errs = append(errs, fmt.Errorf("--wait must not be negative, got %v", o.cfg.WaitInFlight))
 	}
 	return errors.Join(errs...)
 }
