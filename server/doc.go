@@ -28,6 +28,8 @@
 //	first request with a key          the handler's response (stored)
 //	same key, same request, completed the stored status, allowlisted headers and body + Idempotent-Replayed: true
 //	same key while the first runs     409 in-flight + Retry-After (the remaining lease, at least 1 s)
+//	  ... with Config.WaitInFlight      held until the first's response is stored (its replay), up to the limit
+//	completed, replay refused         403 replay-forbidden (Config.AuthorizeReplayFunc); nothing of the stored response
 //	same key, different request       422 key-reused
 //	no key                            400 key-missing (or pass through: Config.AllowMissingKey)
 //	malformed key                     400 key-invalid
@@ -102,6 +104,27 @@
 // outcome: nothing is stored, the claim is released (or rolled back), and
 // the retry runs the handler.
 //
+// # Waiting, re-authorized replays and correlation
+//
+// [Config.WaitInFlight] holds a duplicate of an in-flight request until
+// the original's response is stored, instead of answering 409 at once;
+// waiting holds no store connection (a [ChangeSubscriber] store wakes the
+// waiter, others are polled) and is bounded by [Config.MaxWaiting] and
+// [Config.MaxWaitingPerPrincipal].
+//
+// [Config.AuthorizeReplayFunc] checks a caller again before its replay: a
+// stored response was authorized when it was computed, and the caller's
+// permissions may have changed since. Mount authentication before the
+// middleware (the middleware wraps the handler; the authentication
+// middleware wraps the middleware), so that the request carries the
+// caller's identity and permissions when the hook runs.
+//
+// [Config.CorrelationIDFunc] names each request ([DefaultCorrelationID]:
+// the traceparent trace id, else X-Request-Id); the id is stored with the
+// response and every replay sends it back as
+// Idempotency-Original-Request-Id, so that a retry leads to the request
+// that did the work.
+//
 // # Observability
 //
 // [Config.OnEventFunc] receives one [Event] per keyed request (outcome,
@@ -109,6 +132,10 @@
 // errors). Package server/prommetrics builds Prometheus counters of claims,
 // replays, conflicts, mismatches, releases, takeovers, lost leases and
 // store errors, and a claim latency histogram, on it.
+//
+// The middleware's own log lines ([Config.Logger]) show an idempotency
+// key and a principal only as "sha256:" and 16 hex digits of their
+// SHA-256, unless [Config.LogIdentifiers] is set.
 //
 // # Stability
 //
