@@ -204,8 +204,10 @@ type Config struct {
 	// a claim that waits at most 10 ms (1 s on MySQL, whose lock wait
 	// counts whole seconds) and is rolled back at once. The request's
 	// context ending stops the wait (503 request-canceled). Bounded by
-	// MaxWaiting and MaxWaitingPerPrincipal. Defaults to 0: a duplicate of
-	// an in-flight request is answered 409 at once.
+	// MaxWaiting and MaxWaitingPerPrincipal. An http.Server WriteTimeout
+	// (or a proxy's timeout) must be longer than WaitInFlight, or the
+	// answer is cut off. Defaults to 0: a duplicate of an in-flight request
+	// is answered 409 at once.
 	WaitInFlight time.Duration
 
 	// MaxWaiting bounds the requests of this middleware waiting at once

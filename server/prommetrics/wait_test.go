@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/prommetrics"
 )
 
@@ -38,4 +39,36 @@ func TestWaitingGauge_ReadsAtScrape(t *testing.T) {
 	require.InDelta(t, 3, scrape(), 0)
 	_, err = prommetrics.NewWaitingGauge(nil, nil)
 	require.Error(t, err)
+}
+
+// A refused replay is an outcome of its own, exported at zero from the
+// start and counted once per refusal.
+func TestMetrics_ReplayRefusedOutcome(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	met, err := prommetrics.New(reg)
+	require.NoError(t, err)
+	refused := func() (float64, bool) {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() != "idemkit_server_requests_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "outcome" && l.GetValue() == string(server.OutcomeReplayRefused) {
+						return m.GetCounter().GetValue(), true
+					}
+				}
+			}
+		}
+		return 0, false
+	}
+	v, ok := refused()
+	require.True(t, ok, "the series exists before any refusal")
+	require.Zero(t, v)
+	met.Observe(nil, server.Event{Outcome: server.OutcomeReplayRefused, Status: 403})
+	v, _ = refused()
+	require.InDelta(t, 1, v, 0)
 }
