@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -316,41 +317,78 @@ func TestWait_ReleasedOriginalLetsTheWaiterRun(t *testing.T) {
 	})
 }
 
+// pollingOnly is a real store seen without its optional interfaces
+// (ChangeSubscriber among them): the middleware polls it.
+type pollingOnly struct{ server.Store }
+
 // In transactional mode a waiting duplicate holds no connection (and so no
-// transaction) while it waits: only the original's is in use.
+// transaction) while it waits: only the original's is in use. (The store
+// is polled: a ChangeSubscriber's one listening connection is the
+// store's, shared by every waiter, and not counted here.)
 func TestWait_TransactionalWaiterHoldsNoConnection(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []string{mwSQLite, mwPostgres} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			b := mwSetup(t, kind, server.ModeTransactional, func(c *server.Config) {
-				c.WaitInFlight = 30 * time.Second
+			st := mwNewStore(t, kind)
+			mw, err := server.New(pollingOnly{st.store}, &server.Config{
+				PrincipalFunc: mwPrincipal,
+				Mode:          server.ModeTransactional,
+				LockTimeout:   300 * time.Millisecond,
+				WaitInFlight:  30 * time.Second,
+				Logger:        slog.New(slog.NewTextHandler(t.Output(), nil)),
 			})
-			inUse := func() int {
-				if b.pool != nil {
-					return int(b.pool.Stat().AcquiredConns())
+			require.NoError(t, err)
+			started, release := make(chan struct{}, 1), make(chan struct{})
+			srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				select {
+				case started <- struct{}{}:
+					<-release
+				default:
 				}
-				return b.db.Stats().InUse
+				if err := st.insertEffect(r, "paid"); err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
+				w.WriteHeader(http.StatusCreated)
+				_, _ = io.WriteString(w, "paid once")
+			})))
+			defer srv.Close()
+			inUse := func() int {
+				if st.pool != nil {
+					return int(st.pool.Stat().AcquiredConns())
+				}
+				return st.db.Stats().InUse
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
-			defer cancel()
-			q := mwReq{path: "/block", principal: "alice", keys: []string{"k"}, body: mwBody}
-			first := b.sendAsync(t, ctx, q)
-			require.Equal(t, "alice", mwRecv(t, b.started))
+			post := func() <-chan *mwResponse {
+				ch := make(chan *mwResponse, 1)
+				go func() {
+					res, err := postTo(srv, "alice", "k")
+					if err != nil {
+						t.Errorf("post: %v", err)
+					}
+					ch <- res
+				}()
+				return ch
+			}
+			first := post()
+			mwRecv(t, started)
 			require.Equal(t, 1, inUse(), "the original's transaction")
 
-			dup := b.sendAsync(t, ctx, q)
-			b.requireWaiting(t, 1)
+			dup := post()
+			require.Eventually(t, func() bool { return mw.Waiting() == 1 }, 20*time.Second, time.Millisecond)
 			// Between its polls the waiter holds nothing; a waiter that kept
 			// its claim's transaction open would hold a second connection
 			// for as long as it waits.
-			require.Eventually(t, func() bool { return inUse() == 1 && b.mw.Waiting() == 1 }, 20*time.Second, time.Millisecond)
+			require.Eventually(t, func() bool { return inUse() == 1 && mw.Waiting() == 1 }, 20*time.Second, time.Millisecond)
 
-			close(b.release)
+			close(release)
 			require.Equal(t, http.StatusCreated, mwRecv(t, first).Status)
 			got := mwRecv(t, dup)
 			require.Equal(t, http.StatusCreated, got.Status, "body %s", got.Body)
 			require.Equal(t, "true", got.Header.Get(wire.HeaderReplayed))
+			require.Equal(t, "paid once", string(got.Body))
+			require.Equal(t, 1, st.count(t, mwCountEffects))
 		})
 	}
 }
@@ -463,4 +501,23 @@ func TestNew_ValidateWaiting(t *testing.T) {
 	require.Zero(t, server.ConfigOf(m).WaitInFlight, "waiting is opt-in")
 	require.Equal(t, 256, server.ConfigOf(m).MaxWaiting)
 	require.Equal(t, 8, server.ConfigOf(m).MaxWaitingPerPrincipal)
+}
+
+// postTo POSTs mwBody to srv as principal with key, for goroutines.
+func postTo(srv *httptest.Server, principal, key string) (*mwResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/pay", strings.NewReader(mwBody))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("X-Principal", principal)
+	req.Header.Set(server.HeaderKey, key)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return &mwResponse{Status: resp.StatusCode, Header: resp.Header, Body: body}, err
 }
