@@ -200,7 +200,10 @@ type Config struct {
 	// does with LISTEN/NOTIFY) or polls Store.Get, every 20 ms at first,
 	// doubling to 250 ms (to 1 s, as a fallback, under a ChangeSubscriber).
 	// In transactional mode, whose in-flight claims are invisible until
-	// they commit, each poll that finds no record also probes the lock with
+	// they commit, the duplicate's first claim still waits up to
+	// LockTimeout on the original's lock, as without waiting; its
+	// transaction is then rolled back, and each poll that finds no record
+	// probes the lock with
 	// a claim that waits at most 10 ms (1 s on MySQL, whose lock wait
 	// counts whole seconds) and is rolled back at once. The request's
 	// context ending stops the wait (503 request-canceled). Bounded by
