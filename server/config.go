@@ -203,9 +203,9 @@ type Config struct {
 	// they commit, the duplicate's first claim still waits up to
 	// LockTimeout on the original's lock, as without waiting; its
 	// transaction is then rolled back, and each poll that finds no record
-	// probes the lock with
-	// a claim that waits at most 10 ms (1 s on MySQL, whose lock wait
-	// counts whole seconds) and is rolled back at once. The request's
+	// probes the lock with a claim that waits at most 10 ms (1 s on MySQL,
+	// whose lock wait counts whole seconds) and is rolled back at once,
+	// telling a running original from one that rolled back. The request's
 	// context ending stops the wait (503 request-canceled). Bounded by
 	// MaxWaiting and MaxWaitingPerPrincipal. An http.Server WriteTimeout
 	// (or a proxy's timeout) must be longer than WaitInFlight, or the
