@@ -253,9 +253,10 @@ create it; the other commands report "no queue at PATH".
 		}
 		c.Long = long + "\n\n" + exitHelp
 	}
-	root.AddCommand(newCheckCmd(e, g))     // after the loop: check documents exit statuses of its own
-	root.AddCommand(newStoreCmd(e, g))     // after the loop: the store commands document their own exit statuses
-	root.AddCommand(newReconcileCmd(e, g)) // after the loop: reconcile documents its own exit statuses
+	root.AddCommand(newCheckCmd(e, g)) // after the loop: check documents exit statuses of its own
+	root.AddCommand(newStoreCmd(e, g)) // after the loop: the store commands document their own exit statuses
+	// After the loop, like check: reconcile documents its own exit statuses.
+	root.AddCommand(newReconcileCmd(e, g))
 	return root
 }
 
