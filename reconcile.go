@@ -130,7 +130,9 @@ type Reconciliation struct {
 //     attempt), and its LastError says it was reconciled.
 //   - completed, response not shown (the server shows the status only):
 //     the same, with the status and an empty body.
-//   - in_progress: the intent stays as it is.
+//   - in_progress: the intent stays as it is. Ask again later, or
+//     Resend it: under the same key the server answers 409 while the
+//     request runs, then replays it (or takes a lapsed claim over).
 //   - unknown: the intent stays as it is. For StateUnknown, within the
 //     window, the server has no record of the key: it never arrived, or
 //     it failed and was released. Resending under the same key
@@ -250,7 +252,7 @@ func (c *Client) reconcileOne(ctx context.Context, o *ReconcileOptions, in *Inte
 		if a.AgeSeconds != nil {
 			age = fmt.Sprintf(", claimed %ds ago", *a.AgeSeconds)
 		}
-		rec.Note = "the server is still processing the key" + age + " (or its process died and the claim has not been taken over yet): ask again later"
+		rec.Note = "the server is still processing the key" + age + " (or its process died and the claim has not been taken over yet): ask again later, or resend under the same key (the server answers 409 while it runs, then replays it or takes the lapsed claim over)"
 		return rec
 	case lookupUnknown:
 		if in.State == StateExpired {

@@ -21,8 +21,6 @@ import (
 	"github.com/idemkit/idemkit/server/storetest"
 )
 
-var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
-
 const receipt = `{"id":"pay_1","amount":4000}`
 
 func storedReceipt() *server.StoredResponse {
