@@ -255,6 +255,8 @@ create it; the other commands report "no queue at PATH".
 	}
 	root.AddCommand(newCheckCmd(e, g)) // after the loop: check documents exit statuses of its own
 	root.AddCommand(newStoreCmd(e, g)) // after the loop: the store commands document their own exit statuses
+	// After the loop, like check: reconcile documents its own exit statuses.
+	root.AddCommand(newReconcileCmd(e, g))
 	return root
 }
 

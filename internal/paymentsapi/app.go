@@ -170,7 +170,11 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 	if err := a.registerWaiting(mw); err != nil {
 		return nil, err
 	}
-	a.handler = a.handlers.routes(mw)
+	lookup, err := newLookup(store, cfg)
+	if err != nil {
+		return nil, err
+	}
+	a.handler = a.handlers.routes(mw, lookup)
 	if cfg.SweepInterval > 0 {
 		a.sweeper = sweeper.Start(store, &sweeper.Config{Interval: cfg.SweepInterval, Logger: cfg.Logger})
 	}
@@ -183,7 +187,8 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 }
 
 // Handler returns the API: POST /v1/payments (protected by the idempotency
-// middleware) and GET /v1/payments.
+// middleware), GET /v1/payments and GET /v1/idempotency-keys/{key} (the
+// key status lookup, LookupPattern).
 func (a *App) Handler() http.Handler { return a.handler }
 
 // Backend returns "sqlite", "postgres", "mysql" or "redis".

@@ -48,12 +48,13 @@ func newPaymentID() (string, error) {
 	return "pay_" + u.String(), nil
 }
 
-// routes returns the API: POST /v1/payments protected by mw, and GET
-// /v1/payments.
-func (h *handlers) routes(mw *server.Middleware) http.Handler {
+// routes returns the API: POST /v1/payments protected by mw, GET
+// /v1/payments, and the key status lookup at LookupPattern.
+func (h *handlers) routes(mw *server.Middleware, lookup http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/payments", mw.Wrap(server.LimitBody(http.HandlerFunc(h.create), MaxBodyBytes)))
 	mux.HandleFunc("GET /v1/payments", h.list)
+	mux.Handle(LookupPattern, lookup)
 	return mux
 }
 
