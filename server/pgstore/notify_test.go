@@ -15,6 +15,12 @@ import (
 	"github.com/idemkit/idemkit/server/storetest"
 )
 
+// Store has the method of server.ChangeSubscriber (docs: the waiting of
+// server.Config.WaitInFlight), with its exact signature.
+var _ interface {
+	SubscribeChange(ctx context.Context, s server.Scope) (changed <-chan struct{}, stop func(), err error)
+} = (*pgstore.Store)(nil)
+
 // notifyBundle is two stores with NotifyChanges on one schema, each on a
 // pool of its own: sub subscribes, writer changes records (another
 // process, as far as PostgreSQL can tell).

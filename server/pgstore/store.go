@@ -8,6 +8,12 @@
 //
 // In transactional mode (server.ModeTransactional) a handler writes its
 // effect on Tx(r.Context()), the transaction the response commits in.
+//
+// With Config.NotifyChanges, completions and releases are announced with
+// LISTEN/NOTIFY and SubscribeChange wakes a duplicate request that waits
+// for its original (server.Config.WaitInFlight) as soon as the original's
+// record changes; without it, the waiting polls. Call Close to stop the
+// listener connection SubscribeChange opens.
 package pgstore
 
 import (
