@@ -325,3 +325,29 @@ func TestSubscribeChange_NotifyingStoreConformance(t *testing.T) {
 		})
 	})
 }
+
+// While the database cannot be reached the subscribers are woken and a
+// subscription fails within its context (the caller polls instead); once
+// it can, the listener reconnects and a subscription works again.
+func TestSubscribeChange_UnreachableThenReconnects(t *testing.T) {
+	t.Parallel()
+	b := setupNotify(t, pgstore.Config{})
+	proxy, dsn := newCutProxy(t, b.dsn)
+	store := newNotifyStore(t, b.ctx, newPool(t, b.ctx, dsn), pgstore.Config{NotifyChanges: true})
+	sc := scope("k1")
+	changed := subscribe(t, b.ctx, store, sc)
+
+	proxy.setCut(true)
+	requireClosed(t, b.ctx, changed, "the connection cut")
+	ctx, cancel := context.WithTimeout(b.ctx, 300*time.Millisecond)
+	_, _, err := store.SubscribeChange(ctx, sc)
+	cancel()
+	require.ErrorIs(t, err, server.ErrStoreUnavailable)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	proxy.setCut(false)
+	token := claim(t, b.ctx, b.writer, sc)
+	changed = subscribe(t, b.ctx, store, sc)
+	require.NoError(t, b.writer.Complete(b.ctx, sc, token, time.Now(), okResponse))
+	requireClosed(t, b.ctx, changed, "complete after the reconnection")
+}
