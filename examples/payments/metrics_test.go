@@ -105,6 +105,12 @@ func docsMetricRefs(t *testing.T) []metricRef {
 	return refs
 }
 
+// partitionedOnly are the metrics a store exports only on a PostgreSQL
+// table partitioned by day, which the payments example does not run on:
+// server/prommetrics's TestStoreCollector_PartitionsAhead shows them
+// exported from the first scrape there.
+var partitionedOnly = map[string]bool{"idemkit_store_partitions_ahead_seconds": true}
+
 // exposition is a /metrics page: the metric names it declares (a
 // histogram's _bucket, _sum and _count included) and its series lines.
 type exposition struct {
@@ -171,6 +177,9 @@ func TestMetrics_DocsNameOnlyExportedMetrics(t *testing.T) {
 
 			var missing []string
 			for _, ref := range refs {
+				if partitionedOnly[ref.name] {
+					continue
+				}
 				if !e.names[ref.name] {
 					missing = append(missing, ref.name+" ("+ref.where+")")
 					continue

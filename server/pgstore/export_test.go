@@ -7,3 +7,7 @@ func WithCallerClock(s *Store) *Store {
 	s.d.callerClock = true
 	return s
 }
+
+// ListenerPID is the backend of s's listening connection (SubscribeChange),
+// 0 while it is not listening.
+func ListenerPID(s *Store) uint32 { return s.listenerPID() }

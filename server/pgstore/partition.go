@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -370,4 +371,77 @@ func (s *Store) RetentionSlack() time.Duration {
 		return 24 * time.Hour
 	}
 	return 0
+}
+
+// partitionsAheadUnbounded is what PartitionsAhead reports when a partition
+// without an upper end (MAXVALUE, or a DEFAULT partition) covers the days
+// ahead: about 292 years.
+const partitionsAheadUnbounded = time.Duration(math.MaxInt64)
+
+// PartitionsAhead reports how far ahead of now the partitions of a
+// partitioned table reach without a gap: from now to the first instant no
+// partition covers (0 when now itself has none: every claim fails). A
+// partition without an upper end reports about 292 years. MaintainPartitions
+// keeps it between Config.PartitionsAhead and Config.PartitionsAhead + 1
+// days; when it falls, the sweeper that calls MaintainPartitions is not
+// running or fails to create partitions, and claims fail once it reaches 0.
+// ok is false on a plain table. It reads the catalog only, and decides by
+// the caller's now (it is a report, not a decision). server/prommetrics
+// exports it as idemkit_store_partitions_ahead_seconds.
+func (s *Store) PartitionsAhead(ctx context.Context, now time.Time) (ahead time.Duration, ok bool, err error) {
+	part, err := s.partitioned(ctx, s.pool)
+	if err != nil || !part {
+		return 0, false, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''([^'']+)''\)'))[1]::timestamptz,
+    (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']+)''\)'))[1]::timestamptz
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'idempotency_keys'::regclass`)
+	if err != nil {
+		return 0, true, interpretError(err)
+	}
+	var parts []partitionBounds
+	for rows.Next() {
+		var b partitionBounds
+		if err := rows.Scan(&b.from, &b.to); err != nil {
+			rows.Close()
+			return 0, true, interpretError(err)
+		}
+		parts = append(parts, b)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, true, interpretError(err)
+	}
+	return partitionsAhead(now, parts), true, nil
+}
+
+// partitionBounds is the range of one partition; nil is MINVALUE, MAXVALUE
+// or a DEFAULT partition's.
+type partitionBounds struct{ from, to *time.Time }
+
+// partitionsAhead walks from now through the partitions that cover it,
+// each from the end of the previous one, and returns how far it got.
+func partitionsAhead(now time.Time, parts []partitionBounds) time.Duration {
+	at := now
+	for range len(parts) {
+		covered := false
+		for _, p := range parts {
+			from, to := p.from, p.to
+			if from != nil && from.After(at) {
+				continue
+			}
+			if to == nil {
+				return partitionsAheadUnbounded
+			}
+			if to.After(at) {
+				at, covered = *to, true
+				break
+			}
+		}
+		if !covered {
+			break
+		}
+	}
+	return at.Sub(now)
 }

@@ -285,3 +285,63 @@ func BenchmarkClaim_Partitioned(b *testing.B) {
 		storetest.BenchClaims(b, storetest.ClaimFunc(setupPartitioned(b, &pgstore.Config{}).store))
 	})
 }
+
+// PartitionsAhead reports how far the partitions reach without a gap,
+// which falls when MaintainPartitions stops and comes back when it runs.
+func TestPartitionedStore_PartitionsAhead(t *testing.T) {
+	t.Parallel()
+	b := setupPartitioned(t, nil)
+	const day = 24 * time.Hour
+	now := time.Now()
+	today := now.UTC().Truncate(day)
+	ahead, ok, err := b.store.PartitionsAhead(b.ctx, now)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, today.AddDate(0, 0, 8).Sub(now), ahead, "today and the 7 days after it (Config.PartitionsAhead)")
+
+	// The sweeper stopped: the days from the day after tomorrow on are gone.
+	for d := 2; d <= 7; d++ {
+		_, err := b.pool.Exec(b.ctx, `DROP TABLE idempotency_keys_p`+today.AddDate(0, 0, d).Format("20060102"))
+		require.NoError(t, err)
+	}
+	ahead, _, err = b.store.PartitionsAhead(b.ctx, now)
+	require.NoError(t, err)
+	require.Equal(t, today.AddDate(0, 0, 2).Sub(now), ahead)
+	require.Less(t, ahead, 2*day, "IdemkitPartitionsAheadLow fires")
+
+	// A gap: tomorrow's partition missing ends the walk at today's end.
+	_, err = b.pool.Exec(b.ctx, `DROP TABLE idempotency_keys_p`+today.AddDate(0, 0, 1).Format("20060102"))
+	require.NoError(t, err)
+	ahead, _, err = b.store.PartitionsAhead(b.ctx, now)
+	require.NoError(t, err)
+	require.Equal(t, today.AddDate(0, 0, 1).Sub(now), ahead)
+
+	// MaintainPartitions creates them again.
+	_, err = b.store.MaintainPartitions(b.ctx, now)
+	require.NoError(t, err)
+	ahead, _, err = b.store.PartitionsAhead(b.ctx, now)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, ahead, 7*day)
+
+	// Before the first partition nothing covers: 0 (claims would fail).
+	ahead, _, err = b.store.PartitionsAhead(b.ctx, today.AddDate(0, 0, -3))
+	require.NoError(t, err)
+	require.Zero(t, ahead)
+	// A history partition from MINVALUE covers the past up to the dailies.
+	historyPartition(t, b.ctx, b.pool)
+	ahead, _, err = b.store.PartitionsAhead(b.ctx, today.AddDate(0, 0, -3))
+	require.NoError(t, err)
+	require.Equal(t, 11*day, ahead)
+
+	// A DEFAULT partition covers everything.
+	_, err = b.pool.Exec(b.ctx, `CREATE TABLE idempotency_keys_default PARTITION OF idempotency_keys DEFAULT`)
+	require.NoError(t, err)
+	ahead, _, err = b.store.PartitionsAhead(b.ctx, today.AddDate(1, 0, 0))
+	require.NoError(t, err)
+	require.Greater(t, ahead, 100*365*day)
+
+	// A plain table has no partitions to report.
+	_, ok, err = setupPostgres(t).store.PartitionsAhead(b.ctx, now)
+	require.NoError(t, err)
+	require.False(t, ok)
+}

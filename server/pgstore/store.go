@@ -8,6 +8,12 @@
 //
 // In transactional mode (server.ModeTransactional) a handler writes its
 // effect on Tx(r.Context()), the transaction the response commits in.
+//
+// With Config.NotifyChanges, completions and releases are announced with
+// LISTEN/NOTIFY and SubscribeChange wakes a duplicate request that waits
+// for its original (server.Config.WaitInFlight) as soon as the original's
+// record changes; without it, the waiting polls. Call Close to stop the
+// listener connection SubscribeChange opens.
 package pgstore
 
 import (
@@ -15,6 +21,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -82,6 +89,18 @@ type Config struct {
 	// partition expired: up to one day plus the grace past its expiry.
 	// Defaults to false.
 	PartitionSweepRows bool
+	// NotifyChanges makes Complete and Release (and a transactional-mode
+	// completion, on COMMIT) notify the record's scope with pg_notify, and
+	// SubscribeChange listen for those notifications on a connection of its
+	// own, so that a request waiting for an in-flight record
+	// (server.Config.WaitInFlight) wakes as soon as it completes instead
+	// of at its next poll. Set it on every replica: one without it neither
+	// notifies nor listens. It is opt-in because PostgreSQL serialises the
+	// commits of all transactions that notify (one lock for the whole
+	// cluster, held through the commit's WAL flush): with 8 concurrent
+	// writers a completion took 2-2.5 times as long (BENCHMARKS.md), while
+	// a single writer saw no difference. Defaults to false.
+	NotifyChanges bool
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default.
@@ -119,6 +138,10 @@ type Store struct {
 	q  *querier // the pool
 	// timeouts caches timeoutArgs.
 	timeouts atomic.Pointer[timeouts]
+	// listen is SubscribeChange's listener, started on first use.
+	listenMu     sync.Mutex
+	listen       *listener
+	listenClosed bool
 }
 
 var (
@@ -151,9 +174,13 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if cfg.Partitioned {
 		sd = partDialect{Dialect: d, d: d}
 	}
+	txd := txDialect{sd}
+	if cfg.NotifyChanges {
+		sd = withNotify(sd)
+	}
 	s := sqlstore.New(sd, cfg.SweepChunkSize)
 	s.SweepPaced = true
-	return &Store{pool: pool, cfg: cfg, d: d, s: s, tx: sqlstore.New(txDialect{sd}, cfg.SweepChunkSize),
+	return &Store{pool: pool, cfg: cfg, d: d, s: s, tx: sqlstore.New(txd, cfg.SweepChunkSize),
 		q: &querier{q: pool}}, nil
 }
 

@@ -104,6 +104,9 @@ type pgTx struct {
 	// the COMMIT in one round trip.
 	completeSQL string
 	complete    []any
+	// notify is the payload of the completion's notification
+	// (Config.NotifyChanges), queued before it: delivered on COMMIT.
+	notify string
 }
 
 // beginBatch returns a batch that begins the transaction and sets its
@@ -227,6 +230,9 @@ func (t *pgTx) Complete(_ context.Context, sc server.Scope, token int64, now tim
 		return err
 	}
 	t.completeSQL, t.complete = pgCompleteInTx, args
+	if t.st.cfg.NotifyChanges {
+		t.notify = scopeHash(sc)
+	}
 	if !t.expiresAt.IsZero() && now.Add(heldCompletionMargin).Before(t.expiresAt) {
 		t.completeSQL = pgCompleteHeld
 	}
@@ -274,6 +280,10 @@ func (t *pgTx) Commit(ctx context.Context) error {
 		b = t.beginBatch()
 	} else {
 		b = &pgx.Batch{}
+	}
+	if t.notify != "" {
+		// Before the completion, whose tag the loop below reads last.
+		b.Queue(pgNotify, t.notify)
 	}
 	b.Queue(t.completeSQL, t.complete...)
 	b.Queue("COMMIT")
@@ -336,7 +346,7 @@ func pgCommitError(err error) error {
 func (t *pgTx) end() {
 	t.conn.Release()
 	t.conn = nil
-	t.complete, t.completeSQL = nil, ""
+	t.complete, t.completeSQL, t.notify = nil, "", ""
 }
 
 // Rollback implements server.StoreTx.Rollback. It is a no-op after Commit or

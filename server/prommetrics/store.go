@@ -33,6 +33,15 @@ type RetentionSlacker interface {
 	RetentionSlack() time.Duration
 }
 
+// PartitionsAheadReader is a store on a table partitioned by day that
+// reports how far ahead of now its partitions reach without a gap
+// (pgstore.Store; ok is false on its plain table). The collector exports
+// it as idemkit_store_partitions_ahead_seconds, only when ok: claims fail
+// once it reaches 0.
+type PartitionsAheadReader interface {
+	PartitionsAhead(ctx context.Context, now time.Time) (ahead time.Duration, ok bool, err error)
+}
+
 // storeTimeoutDefault is the default StoreCollectorConfig.Timeout.
 const storeTimeoutDefault = 5 * time.Second
 
@@ -62,7 +71,7 @@ type StoreCollectorConfig struct {
 //
 // The metrics, all with the label store:
 //
-//	idemkit_store_stats_up                         1 if the last Stats call succeeded, else 0 (and no idemkit_store_* below)
+//	idemkit_store_stats_up                         1 if the last Stats (and PartitionsAhead) call succeeded, else 0 (and no idemkit_store_* below)
 //	idemkit_store_stats_duration_seconds           how long it took
 //	idemkit_store_rows{state}                      rows by state: in_progress, completed (both live), expired (awaiting the sweeper)
 //	idemkit_store_stuck_claims                     live in-progress rows whose lease ended (lease mode)
@@ -72,6 +81,7 @@ type StoreCollectorConfig struct {
 //	idemkit_store_oldest_expired_age_seconds       how long the oldest expired row has waited for the sweeper (0 if none)
 //	idemkit_store_window_seconds                   StoreCollectorConfig.Window, when set
 //	idemkit_store_retention_slack_seconds          how long expired rows may stay by design (partitioned table: 1 day)
+//	idemkit_store_partitions_ahead_seconds         how far ahead the partitions reach without a gap (partitioned table only)
 //	idemkit_store_pool_max_connections             the pool's bound (0: unbounded)
 //	idemkit_store_pool_connections{state}          in_use, idle
 //	idemkit_store_pool_acquire_waits_total         acquisitions that waited for a connection
@@ -87,6 +97,7 @@ type StoreCollectorConfig struct {
 type StoreCollector struct {
 	store   StatsReader
 	pool    PoolStatsReader
+	parts   PartitionsAheadReader
 	cfg     StoreCollectorConfig
 	descs   storeDescs
 	nowFunc func() time.Time
@@ -94,6 +105,7 @@ type StoreCollector struct {
 
 type storeDescs struct {
 	up, took, rows, stuck, tableBytes, indexBytes, oldest, oldestExpired, window, slack   *prometheus.Desc
+	partsAhead                                                                            *prometheus.Desc
 	poolMax, poolConns, poolWaits, poolWaitSeconds, poolCanceled                          *prometheus.Desc
 	swRuns, swFailures, swDeleted, swLastSuccess, swLastDuration, swInterval, swGraceDesc *prometheus.Desc
 }
@@ -111,6 +123,7 @@ func NewStoreCollector(store StatsReader, cfg *StoreCollectorConfig) (*StoreColl
 	c.cfg.Store = cmp.Or(c.cfg.Store, storeLabelDefault)
 	c.cfg.Timeout = cmp.Or(c.cfg.Timeout, storeTimeoutDefault)
 	c.pool, _ = store.(PoolStatsReader)
+	c.parts, _ = store.(PartitionsAheadReader)
 	labels := prometheus.Labels{"store": c.cfg.Store}
 	desc := func(subsystem, name, help string, variable ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName("idemkit", subsystem, name), help, variable, labels)
@@ -126,9 +139,11 @@ func NewStoreCollector(store StatsReader, cfg *StoreCollectorConfig) (*StoreColl
 		oldestExpired: desc("store", "oldest_expired_age_seconds", "How long the oldest expired row has waited for the sweeper (0 if none)."),
 		window:        desc("store", "window_seconds", "The middleware's retention window."),
 		slack:         desc("store", "retention_slack_seconds", "How long past its expiry an expired row may stay by design (a partitioned table: one day)."),
-		poolMax:       desc("store", "pool_max_connections", "The connection pool's bound (0: unbounded)."),
-		poolConns:     desc("store", "pool_connections", "Connections of the pool by state: in_use, idle.", "state"),
-		poolWaits:     desc("store", "pool_acquire_waits_total", "Connection acquisitions that found no idle connection and waited."),
+		partsAhead: desc("store", "partitions_ahead_seconds",
+			"How far ahead of now the partitions of a table partitioned by day reach without a gap: claims fail once it reaches 0."),
+		poolMax:   desc("store", "pool_max_connections", "The connection pool's bound (0: unbounded)."),
+		poolConns: desc("store", "pool_connections", "Connections of the pool by state: in_use, idle.", "state"),
+		poolWaits: desc("store", "pool_acquire_waits_total", "Connection acquisitions that found no idle connection and waited."),
 		poolWaitSeconds: desc("store", "pool_acquire_wait_seconds_total",
 			"Total time acquisitions waited for a connection."),
 		poolCanceled: desc("store", "pool_acquire_canceled_total",
@@ -152,6 +167,9 @@ func (c *StoreCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	if c.cfg.Window > 0 {
 		ch <- d.window
+	}
+	if c.parts != nil {
+		ch <- d.partsAhead
 	}
 	if c.pool != nil {
 		for _, x := range []*prometheus.Desc{d.poolMax, d.poolConns, d.poolWaits, d.poolWaitSeconds, d.poolCanceled} {
@@ -212,12 +230,22 @@ func (c *StoreCollector) Collect(ch chan<- prometheus.Metric) {
 	start := time.Now()
 	now := c.nowFunc()
 	st, err := c.store.Stats(ctx, now)
+	var (
+		ahead       time.Duration
+		partitioned bool
+	)
+	if err == nil && c.parts != nil {
+		ahead, partitioned, err = c.parts.PartitionsAhead(ctx, now)
+	}
 	gauge(d.took, time.Since(start).Seconds())
 	if err != nil {
 		gauge(d.up, 0)
 		return
 	}
 	gauge(d.up, 1)
+	if partitioned {
+		gauge(d.partsAhead, ahead.Seconds())
+	}
 	live := st.Rows - st.Expired
 	gauge(d.rows, float64(st.InProgress), "in_progress")
 	gauge(d.rows, float64(live-st.InProgress), "completed")

@@ -235,3 +235,44 @@ func TestStoreCollector_PoolSaturation(t *testing.T) {
 		require.NoError(t, tx.Rollback(ctx))
 	}
 }
+
+// A store on a partitioned table exports how far ahead its partitions
+// reach (IdemkitPartitionsAheadLow); on a plain table the series is absent.
+func TestStoreCollector_PartitionsAhead(t *testing.T) {
+	t.Parallel()
+	ctx := storetest.Context(t)
+	pool := testpg.Pool(t)
+	store, err := pgstore.New(pool, &pgstore.Config{Partitioned: true, PartitionsAhead: 3})
+	require.NoError(t, err)
+	require.NoError(t, store.Migrate(ctx))
+	c, err := prommetrics.NewStoreCollector(store, &prommetrics.StoreCollectorConfig{Store: "pg"})
+	require.NoError(t, err)
+	now := time.Now()
+	c.SetNow(now)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(c))
+	got := series(t, reg, "pg")
+	today := now.UTC().Truncate(24 * time.Hour)
+	require.InDelta(t, today.AddDate(0, 0, 4).Sub(now).Seconds(), got["idemkit_store_partitions_ahead_seconds"], 1,
+		"today and the 3 days after it")
+
+	// The sweeper stopped long ago: only today's partition is left.
+	for d := 1; d <= 3; d++ {
+		_, err := pool.Exec(ctx, `DROP TABLE idempotency_keys_p`+today.AddDate(0, 0, d).Format("20060102"))
+		require.NoError(t, err)
+	}
+	got = series(t, reg, "pg")
+	require.InDelta(t, today.AddDate(0, 0, 1).Sub(now).Seconds(), got["idemkit_store_partitions_ahead_seconds"], 1)
+	require.InDelta(t, 1, got["idemkit_store_stats_up"], 0)
+
+	plain, err := pgstore.New(testpg.Pool(t), nil)
+	require.NoError(t, err)
+	require.NoError(t, plain.Migrate(ctx))
+	c, err = prommetrics.NewStoreCollector(plain, &prommetrics.StoreCollectorConfig{Store: "plain"})
+	require.NoError(t, err)
+	reg = prometheus.NewRegistry()
+	require.NoError(t, reg.Register(c))
+	got = series(t, reg, "plain")
+	require.InDelta(t, 1, got["idemkit_store_stats_up"], 0)
+	require.NotContains(t, got, "idemkit_store_partitions_ahead_seconds")
+}
