@@ -13,10 +13,12 @@ import (
 // pgstore.Store implements it with LISTEN/NOTIFY; other stores are polled.
 type ChangeSubscriber interface {
 	// SubscribeChange returns a channel that is closed once the record of s may
-	// have changed (completed, released, taken over, deleted) after the call
-	// returned — possibly spuriously, never later than the change is visible
+	// have changed after the call returned — at least when it is completed or
+	// released; possibly spuriously; never later than the change is visible
 	// to Get — and a stop function the caller must call. It does not block on
-	// the change itself. ctx bounds only the setup.
+	// the change itself. ctx bounds only the setup. A nil channel with a nil
+	// error means that this store does not notify (pgstore.Store without
+	// pgstore.Config.NotifyChanges): the caller polls.
 	SubscribeChange(ctx context.Context, s Scope) (changed <-chan struct{}, stop func(), err error)
 }
 
@@ -165,9 +167,18 @@ func (s *waitSession) await(ctx context.Context, check waitCheck) (waitVerdict, 
 			subCtx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
 			ch, st, err := sub.SubscribeChange(subCtx, scope)
 			cancel()
-			if err == nil {
+			switch {
+			case err == nil && ch == nil:
+				// The store does not notify (pgstore without
+				// NotifyChanges): poll as for a store that cannot.
+				if st != nil {
+					st()
+				}
+				subscribes, maxInterval = false, waitPollMax
+				s.interval = min(s.interval, waitPollMin)
+			case err == nil:
 				changed, stop = ch, st
-			} else if ctx.Err() == nil {
+			case ctx.Err() == nil:
 				// Polling still finds the change.
 				m.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "idemkit: could not subscribe to the record's changes; polling",
 					scopeAttrs(scope, slog.Any("error", err))...)

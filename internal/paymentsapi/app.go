@@ -97,10 +97,14 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 		if err := pool.Ping(ctx); err != nil {
 			return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
 		}
-		st, err := pgstore.New(pool, nil)
+		// Waiting duplicates are woken by LISTEN/NOTIFY rather than polling;
+		// the notifications cost completions under concurrency, so only
+		// then (see pgstore.Config.NotifyChanges).
+		st, err := pgstore.New(pool, &pgstore.Config{NotifyChanges: cfg.WaitInFlight > 0})
 		if err != nil {
 			return nil, err
 		}
+		a.closers = append(a.closers, st.Close)
 		if err := st.Migrate(ctx); err != nil {
 			return nil, fmt.Errorf("migrate idempotency store: %w", err)
 		}

@@ -124,7 +124,7 @@ func (s *Store) SubscribeChange(ctx context.Context, sc server.Scope) (changed <
 		return nil, nil, err
 	}
 	if !s.cfg.NotifyChanges {
-		return make(chan struct{}), func() {}, nil
+		return nil, func() {}, nil // a nil channel: this store does not notify, poll
 	}
 	return s.changeListener().subscribe(ctx, scopeHash(sc))
 }
