@@ -3,7 +3,7 @@
 // Idempotency-Key, and the payment row and the idempotency record commit in
 // one transaction.
 //
-//	go run ./examples/payments [--addr 127.0.0.1:8080] [--dsn postgres://...|mysql://...] [--db FILE] [--window 24h] [--delay 0s] [--metrics] [--encryption-key-file FILE]
+//	go run ./examples/payments [--addr 127.0.0.1:8080] [--dsn postgres://...|mysql://...] [--db FILE] [--window 24h] [--delay 0s] [--metrics] [--encryption-key-file FILE] [--mode lease --recover]
 //
 // Without --dsn it keeps everything in the SQLite file --db and needs nothing
 // installed; with --dsn it uses PostgreSQL (postgres://...) or MySQL/MariaDB
@@ -115,6 +115,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.cfg.LogIdentifiers, "log-identifiers", o.cfg.LogIdentifiers, "log idempotency keys and accounts as they are (by default they are hashed)")
 	fs.StringVar(&o.keyFile, "encryption-key-file", "", "seal stored responses at rest with the AES-256 key in FILE (64 hex digits, e.g. from: openssl rand -hex 32)")
 	fs.BoolVar(&o.metrics, "metrics", o.metrics, "serve Prometheus metrics on GET /metrics (the middleware's counters, the store's health)")
+	fs.BoolVar(&o.cfg.Recover, "recover", o.cfg.Recover, "lease mode: run a recoverer that completes (from the ledger) or releases the payments whose process died before storing the response")
+	fs.DurationVar(&o.cfg.RecoverInterval, "recover-interval", o.cfg.RecoverInterval, "interval between two passes of the --recover recoverer (0: 30s)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -165,6 +167,9 @@ func (o options) validate() error {
 	}
 	if o.readTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--read-timeout must be positive, got %v", o.readTimeout))
+	}
+	if o.cfg.RecoverInterval < 0 {
+		errs = append(errs, fmt.Errorf("--recover-interval must not be negative, got %v", o.cfg.RecoverInterval))
 	}
 	if o.sweep < 0 {
 		errs = append(errs, fmt.Errorf("--sweep must not be negative, got %v", o.sweep))
