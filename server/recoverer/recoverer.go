@@ -83,7 +83,9 @@ type attemptKey struct {
 // New returns a Recoverer over store that runs no passes of its own: call
 // Pass, or use Start. cfg may be nil. It returns ErrNoListing if neither
 // store nor a store it wraps (an Unwrap() server.Store method, as
-// sealstore.Store has) lists its in-flight claims.
+// sealstore.Store has) lists its in-flight claims, and ErrKeysHashed if a
+// wrapper keeps hashed keys. The claims go through store itself, so that
+// a wrapper seals the recovered response as it seals the middleware's.
 func New(store server.Store, fn RecoverFunc, cfg *Config) (*Recoverer, error) {
 	if store == nil {
 		return nil, errors.New("idemkit/server/recoverer: the store is nil")
@@ -95,7 +97,10 @@ func New(store server.Store, fn RecoverFunc, cfg *Config) (*Recoverer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	lister := findLister(store)
+	lister, hashed := findLister(store)
+	if hashed {
+		return nil, ErrKeysHashed
+	}
 	if lister == nil {
 		return nil, fmt.Errorf("%w: %T has no InFlight method", ErrNoListing, store)
 	}
@@ -124,22 +129,28 @@ func (r *Recoverer) start() {
 }
 
 // findLister returns store, or the first store it wraps, that lists its
-// in-flight claims; nil if none does.
-func findLister(store server.Store) Lister {
+// in-flight claims; nil if none does. hashed reports whether a wrapper on
+// the way keeps a hash of each key instead of the key (a StoredKey method
+// that changes the key, as sealstore.Store's does with HashKeys).
+func findLister(store server.Store) (l Lister, hashed bool) {
+	probe := server.Scope{Principal: "p", Endpoint: "*", Key: "k"}
 	for range 8 { // wrappers of wrappers, within reason
+		if k, ok := store.(interface{ StoredKey(server.Scope) string }); ok && k.StoredKey(probe) != probe.Key {
+			return nil, true
+		}
 		if l, ok := store.(Lister); ok {
-			return l
+			return l, false
 		}
 		u, ok := store.(interface{ Unwrap() server.Store })
 		if !ok {
-			return nil
+			return nil, false
 		}
 		store = u.Unwrap()
 		if store == nil {
-			return nil
+			return nil, false
 		}
 	}
-	return nil
+	return nil, false
 }
 
 func (r *Recoverer) run(ctx context.Context) {
