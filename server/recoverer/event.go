@@ -64,6 +64,7 @@ type Event struct {
 	Attempt int
 	// Err is why an OutcomeFailed failed.
 	Err error
-	// Duration is how long the claim took, takeover to completion.
+	// Duration is how long the pass spent on the claim: the takeover,
+	// the RecoverFunc and the completion or release.
 	Duration time.Duration
 }

@@ -181,8 +181,9 @@ func (r *Recoverer) Close() error {
 }
 
 // Pass runs one pass: it lists up to Config.Batch in-progress claims
-// created at least Config.MinAge ago, oldest first, and recovers, one at a
-// time, those whose lease ended at least MinAge ago. It returns the
+// created at least Config.MinAge ago, oldest first (and as many more as
+// it has given up on), and recovers, one at a time, those whose lease
+// ended at least MinAge ago. It returns the
 // listing's error (a failed claim is an Event, not an error). ctx cancels
 // the pass and the RecoverFunc. Passes do not overlap: a Pass called while
 // another runs waits for it.
@@ -190,8 +191,16 @@ func (r *Recoverer) Pass(ctx context.Context) error {
 	r.passMu.Lock()
 	defer r.passMu.Unlock()
 	start := r.timeNowFunc()
+	// The claims given up on stay in flight until a retry or their expiry:
+	// list that many more, so that they do not crowd the others out.
+	limit := r.cfg.Batch
+	for _, n := range r.attempts {
+		if n >= r.cfg.MaxAttempts {
+			limit++
+		}
+	}
 	listCtx, cancel := context.WithTimeout(ctx, r.cfg.StoreTimeout)
-	recs, err := r.lister.InFlight(listCtx, start, r.cfg.MinAge, r.cfg.Batch)
+	recs, err := r.lister.InFlight(listCtx, start, r.cfg.MinAge, limit)
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
@@ -207,13 +216,15 @@ func (r *Recoverer) Pass(ctx context.Context) error {
 			return ctx.Err()
 		}
 		seen[keyOf(&recs[i])] = true
+		t0 := time.Now()
 		ev := r.recover(ctx, &recs[i])
+		ev.Duration = time.Since(t0)
 		r.stats.event(ev)
 		if r.cfg.OnEventFunc != nil {
 			r.cfg.OnEventFunc(ev)
 		}
 	}
-	if len(recs) < r.cfg.Batch {
+	if len(recs) < limit {
 		// The listing was complete: forget the claims no longer in flight.
 		for k := range r.attempts {
 			if !seen[k] {
@@ -297,7 +308,6 @@ func (r *Recoverer) recover(ctx context.Context, rec *server.Record) Event {
 	fnCtx, cancel := context.WithDeadline(ctx, deadline)
 	resp, err := r.call(fnCtx, claim)
 	cancel()
-	defer func() { ev.Duration = time.Since(sent) }()
 
 	switch {
 	case err != nil:

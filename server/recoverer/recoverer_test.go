@@ -297,8 +297,12 @@ func TestRecoverer_GivesUpAfterMaxAttempts(t *testing.T) {
 	cfg := testConfig(&ev, nil)
 	cfg.Lease = 100 * time.Millisecond
 	cfg.MaxAttempts = 2
+	cfg.Batch = 1 // the claim given up on must not crowd out the next one
 	var calls atomic.Int64
-	r, err := New(store, func(context.Context, Claim) (*server.StoredResponse, error) {
+	r, err := New(store, func(ctx context.Context, c Claim) (*server.StoredResponse, error) {
+		if c.Scope.Key != "k-bounded" {
+			return recoverFrom(d)(ctx, c)
+		}
 		calls.Add(1)
 		return nil, errors.New("still unknown")
 	}, cfg)
@@ -315,6 +319,12 @@ func TestRecoverer_GivesUpAfterMaxAttempts(t *testing.T) {
 	require.Equal(t, int64(2), calls.Load(), "the RecoverFunc ran MaxAttempts times")
 	require.Equal(t, int64(2), r.Stats().Outcomes[OutcomeFailed])
 
+	// A newer dead claim is still found, though Batch is 1 and the
+	// older one given up on stays in flight.
+	dieHolding(t, open, d, "k-next", "after")
+	passUntil(t, r, &ev, OutcomeCompleted)
+	require.Equal(t, int64(2), calls.Load(), "the claim given up on was not tried again")
+
 	// The client comes back: its retry takes the claim over and runs.
 	require.Eventually(t, func() bool {
 		rec, err := store.Get(t.Context(), server.Scope{Principal: "alice", Endpoint: "*", Key: "k-bounded"}, time.Now())
@@ -324,7 +334,7 @@ func TestRecoverer_GivesUpAfterMaxAttempts(t *testing.T) {
 	api := newApp(t, store, d, nil, nil)
 	res := api.post(t, "k-bounded")
 	require.Equal(t, http.StatusCreated, res.status)
-	require.Equal(t, int64(1), d.n.Load(), "the charge is deduplicated downstream by the key")
+	require.Equal(t, int64(2), d.n.Load(), "one charge per key: the retry's is deduplicated downstream by the key")
 }
 
 // Start runs passes in the background until Close.
