@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/testdb"
@@ -84,10 +85,14 @@ func TestRecover_PaymentWhoseProcessDiedAfterTheLedgerWrite(t *testing.T) {
 		original := dieAt(t, cfg, "made")
 		require.Equal(t, http.StatusCreated, original.status, "the dead handler had made the payment: %s", original.body)
 
-		b := setup(t, recoverConfig(cfg), nil)
+		rc := recoverConfig(cfg)
+		reg := prometheus.NewRegistry()
+		rc.Metrics = reg
+		b := setup(t, rc, nil)
 		require.Eventually(t, func() bool {
 			return b.app.recoverer.Stats().Outcomes[recoverer.OutcomeCompleted] == 1
 		}, 60*time.Second, 20*time.Millisecond, "logs:\n%s", b.logs.String())
+		require.Equal(t, 1.0, recoveredMetric(t, reg, "completed"), "idemkit_recoverer_claims_total{outcome=completed}")
 
 		retry := b.pay(t, "alice", "k1", usd40)
 		require.Equal(t, http.StatusCreated, retry.status, "body: %s", retry.body)
@@ -161,4 +166,25 @@ func TestRecover_RedisIsRefused(t *testing.T) {
 	dsn := testdb.DSN(t, testdb.Redis)
 	_, err := Open(t.Context(), &Config{DSN: dsn, DB: t.TempDir() + "/p.db", Recover: true, SweepInterval: -1})
 	require.True(t, errors.Is(err, recoverer.ErrNoListing), "got %v", err)
+}
+
+// recoveredMetric returns idemkit_recoverer_claims_total{outcome} from reg.
+func recoveredMetric(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "idemkit_recoverer_claims_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "outcome" && lp.GetValue() == outcome {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no idemkit_recoverer_claims_total{outcome=%q}", outcome)
+	return 0
 }
