@@ -183,10 +183,11 @@ func (r *Recoverer) Close() error {
 // Pass runs one pass: it lists up to Config.Batch in-progress claims
 // created at least Config.MinAge ago, oldest first (and as many more as
 // it has given up on), and recovers, one at a time, those whose lease
-// ended at least MinAge ago. It returns the
-// listing's error (a failed claim is an Event, not an error). ctx cancels
-// the pass and the RecoverFunc. Passes do not overlap: a Pass called while
-// another runs waits for it.
+// ended at least MinAge ago. It returns the listing's error (a failed
+// claim is an Event, not an error). ctx cancels the pass and the
+// RecoverFunc, never a takeover, completion or release halfway (those
+// are bounded by Config.StoreTimeout). Passes do not overlap: a Pass
+// called while another runs waits for it.
 func (r *Recoverer) Pass(ctx context.Context) error {
 	r.passMu.Lock()
 	defer r.passMu.Unlock()
@@ -313,7 +314,10 @@ func (r *Recoverer) recover(ctx context.Context, rec *server.Record) Event {
 	case err != nil:
 		ev.Outcome, ev.Err = OutcomeFailed, err
 		level := slog.LevelWarn
-		if ev.Attempt >= r.cfg.MaxAttempts {
+		switch {
+		case ctx.Err() != nil:
+			level = slog.LevelInfo // closed mid-call: the next start tries again
+		case ev.Attempt >= r.cfg.MaxAttempts:
 			level = slog.LevelError
 		}
 		r.log(ctx, level, "idemkit: recovery failed; the claim is left for a later pass (or a client retry)", ev,
