@@ -55,8 +55,13 @@
 // The store must list its in-flight claims: pgstore.Store,
 // sqlitestore.Store and mysqlstore.Store have InFlight; a wrapper such as
 // sealstore.Store is seen through (its Unwrap), while the claims still go
-// through the wrapper. redisstore.Store keeps no index of its in-flight
+// through the wrapper, which seals the recovered response; with
+// sealstore's HashKeys the client's key of a listed claim is gone, and New
+// returns ErrKeysHashed. redisstore.Store keeps no index of its in-flight
 // claims, so Start and New return ErrNoListing for it.
+//
+// Claims are recovered one at a time, oldest first; a pass that meets a
+// slow downstream takes up to Config.Lease per claim.
 //
 // # Observing it
 //

@@ -387,3 +387,71 @@ func TestNew_Errors(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, r.Close(), "Close of a Recoverer from New")
 }
+
+// A RecoverFunc that outlives the recoverer's lease loses the claim to a
+// client retry, and its late completion is refused by the token: the
+// record keeps the retry's response.
+func TestRecoverer_LateCompletionIsFenced(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, open opener) {
+		d := newDownstream()
+		dieHolding(t, open, d, "k-late", "after")
+		store, _ := open(t)
+		var ev events
+		cfg := testConfig(&ev, nil)
+		cfg.Lease = 300 * time.Millisecond
+		holding := make(chan struct{})
+		retried := make(chan struct{})
+		var retriedOnce sync.Once
+		letGo := func() { retriedOnce.Do(func() { close(retried) }) }
+		t.Cleanup(letGo) // a failed assertion must not leave the RecoverFunc blocked
+		r, err := New(store, func(ctx context.Context, c Claim) (*server.StoredResponse, error) {
+			close(holding)
+			<-retried // ignores ctx: a RecoverFunc that overruns its lease
+			return &server.StoredResponse{Status: http.StatusCreated, Body: []byte("late")}, nil
+		}, cfg)
+		require.NoError(t, err)
+		passed := make(chan error, 1)
+		go func() {
+			// Pass until the dead holder's lease has lapsed and the
+			// recoverer acted.
+			for {
+				if err := r.Pass(t.Context()); err != nil || ev.count(OutcomeFailed) > 0 {
+					passed <- err
+					return
+				}
+				select {
+				case <-time.After(20 * time.Millisecond):
+				case <-t.Context().Done():
+					passed <- t.Context().Err()
+					return
+				}
+			}
+		}()
+		select {
+		case <-holding:
+		case <-time.After(60 * time.Second):
+			t.Fatal("the recoverer never took the claim over")
+		}
+
+		api := newApp(t, store, d, nil, nil)
+		var res result
+		require.Eventually(t, func() bool {
+			res = api.post(t, "k-late") // 409 while the recoverer's lease holds
+			return res.status == http.StatusCreated
+		}, 30*time.Second, 50*time.Millisecond)
+		require.Empty(t, res.header.Get(wire.HeaderReplayed), "the retry took the claim over and ran")
+		letGo()
+		require.NoError(t, <-passed)
+
+		evs := ev.all()
+		last := evs[len(evs)-1]
+		require.Equal(t, OutcomeFailed, last.Outcome)
+		require.ErrorIs(t, last.Err, server.ErrLeaseLost, "the late completion is refused by its token")
+		require.Zero(t, ev.count(OutcomeCompleted))
+		again := api.post(t, "k-late")
+		require.Equal(t, "true", again.header.Get(wire.HeaderReplayed))
+		require.Equal(t, string(res.body), string(again.body), "the record keeps the retry's response")
+		require.Equal(t, int64(1), d.n.Load(), "one charge")
+	})
+}
