@@ -3,7 +3,7 @@
 // Idempotency-Key, and the payment row and the idempotency record commit in
 // one transaction.
 //
-//	go run ./examples/payments [--addr 127.0.0.1:8080] [--dsn postgres://...|mysql://...] [--db FILE] [--window 24h] [--delay 0s] [--metrics] [--encryption-key-file FILE]
+//	go run ./examples/payments [--addr 127.0.0.1:8080] [--dsn postgres://...|mysql://...] [--db FILE] [--window 24h] [--delay 0s] [--metrics] [--encryption-key-file FILE] [--mode lease --recover]
 //
 // Without --dsn it keeps everything in the SQLite file --db and needs nothing
 // installed; with --dsn it uses PostgreSQL (postgres://...) or MySQL/MariaDB
@@ -125,6 +125,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 		return nil
 	})
+	fs.BoolVar(&o.cfg.Recover, "recover", o.cfg.Recover, "lease mode: run a recoverer that completes (from the ledger) or releases the payments whose process died before storing the response")
+	fs.DurationVar(&o.cfg.RecoverInterval, "recover-interval", o.cfg.RecoverInterval, "interval between two passes of the --recover recoverer (0: 30s)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -175,6 +177,9 @@ func (o options) validate() error {
 	}
 	if o.readTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--read-timeout must be positive, got %v", o.readTimeout))
+	}
+	if o.cfg.RecoverInterval < 0 {
+		errs = append(errs, fmt.Errorf("--recover-interval must not be negative, got %v", o.cfg.RecoverInterval))
 	}
 	if o.sweep < 0 {
 		errs = append(errs, fmt.Errorf("--sweep must not be negative, got %v", o.sweep))

@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idemkit/internal/redact"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/pgstore"
+	"github.com/idemkit/idemkit/server/recoverer"
 	"github.com/idemkit/idemkit/server/sealstore"
 	"github.com/idemkit/idemkit/server/sqlitestore"
 	"github.com/idemkit/idemkit/server/sweeper"
@@ -30,6 +31,8 @@ type App struct {
 
 	stop    context.CancelFunc // cancels handlers.stopping
 	sweeper *sweeper.Sweeper
+	// recoverer finishes payments whose process died (Config.Recover).
+	recoverer *recoverer.Recoverer
 	// registerStore registers the store's metrics once the sweeper runs;
 	// nil without Config.Metrics.
 	registerStore func() error
@@ -150,6 +153,7 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 		timeNowFunc:       time.Now,
 		newIDFunc:         newPaymentID,
 		onChargeStart:     cfg.OnChargeStartFunc,
+		onChargeMade:      cfg.OnChargeMadeFunc,
 	}
 	onEvent, err := a.metrics(store, a.handlers.logEvent)
 	if err != nil {
@@ -181,6 +185,9 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 	a.handler = a.handlers.routes(mw, lookup)
 	if cfg.SweepInterval > 0 {
 		a.sweeper = sweeper.Start(store, &sweeper.Config{Interval: cfg.SweepInterval, Logger: cfg.Logger})
+	}
+	if err := a.startRecoverer(store); err != nil {
+		return nil, err
 	}
 	if a.registerStore != nil {
 		if err := a.registerStore(); err != nil {
@@ -223,6 +230,9 @@ func (a *App) StopHandlers() {
 func (a *App) Close() {
 	a.closeOnce.Do(func() {
 		a.StopHandlers()
+		if a.recoverer != nil {
+			_ = a.recoverer.Close()
+		}
 		if a.sweeper != nil {
 			_ = a.sweeper.Close()
 		}

@@ -1,6 +1,7 @@
 package paymentsapi
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -92,6 +93,30 @@ type Config struct {
 	// goroutine and must not block. Defaults to nil.
 	OnChargeStartFunc func(account, key string)
 
+	// OnChargeMadeFunc, if set, is called when a payment handler has made
+	// its payment (the ledger row is written) and before it answers, with
+	// the account and the Idempotency-Key. It runs on the handler's
+	// goroutine; it may block (tests hold a handler there to kill its
+	// process between the payment and the stored response). Defaults to
+	// nil.
+	OnChargeMadeFunc func(account, key string)
+
+	// Recover runs, in lease mode, a recoverer (server/recoverer) that
+	// finishes payments whose process died between the payment and the
+	// stored response: it finds their lapsed claims, and completes each
+	// with the 201 the handler would have sent if the ledger has the
+	// payment, or releases it if not. Defaults to false.
+	Recover bool
+
+	// RecoverInterval is the time between two passes of the recoverer.
+	// Defaults to 30s.
+	RecoverInterval time.Duration
+
+	// RecoverMinAge is how long after its lease ended a claim is left to
+	// its client's retry before the recoverer takes it. Defaults to
+	// LeaseDuration.
+	RecoverMinAge time.Duration
+
 	// Logger receives one line per request and the API's errors. Defaults to
 	// slog.Default().
 	Logger *slog.Logger
@@ -151,6 +176,10 @@ func (c *Config) WithDefaults() *Config {
 	if out.SweepInterval == 0 {
 		out.SweepInterval = SweepIntervalDefault
 	}
+	if out.Recover {
+		out.RecoverInterval = cmp.Or(out.RecoverInterval, recoverIntervalDefault)
+		out.RecoverMinAge = cmp.Or(out.RecoverMinAge, out.LeaseDuration)
+	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}
@@ -185,6 +214,7 @@ func (c *Config) validate() error {
 	if c.LockTimeout < 0 {
 		errs = append(errs, fmt.Errorf("paymentsapi: Config.LockTimeout must not be negative, got %v", c.LockTimeout))
 	}
+	errs = append(errs, c.validateRecover()...)
 	if errs != nil {
 		return errors.Join(errs...)
 	}

@@ -37,6 +37,9 @@ type handlers struct {
 	// onChargeStart, if set, is called when a create handler is about to
 	// make its payment (Config.OnChargeStartFunc).
 	onChargeStart func(account, key string)
+	// onChargeMade, if set, is called when a create handler has made its
+	// payment (Config.OnChargeMadeFunc).
+	onChargeMade func(account, key string)
 }
 
 func newPaymentID() (string, error) {
@@ -126,7 +129,10 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
 		h.internalError(w, r, "create payment", err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, p)
+	if h.onChargeMade != nil {
+		h.onChargeMade(scope.Principal, scope.Key)
+	}
+	writeStored(w, paymentResponse(p))
 }
 
 // mayHaveCommitted reports whether the payment write that failed with err

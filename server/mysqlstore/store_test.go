@@ -238,3 +238,9 @@ func TestMySQLStore_Unreachable(t *testing.T) {
 	_, err = store.Stats(ctx, now)
 	require.ErrorIs(t, err, server.ErrStoreUnavailable)
 }
+
+func TestMySQLStore_InFlight(t *testing.T) {
+	t.Parallel()
+	b := setupMySQL(t)
+	storetest.RunInFlight(t, b.ctx, b.store)
+}

@@ -36,6 +36,9 @@
 //	c, err := prommetrics.NewStoreCollector(store, &prommetrics.StoreCollectorConfig{Sweeper: sw, Window: window})
 //	err = prometheus.DefaultRegisterer.Register(c)
 //
+// NewRecovererCollector exports what a server/recoverer did with the
+// lapsed claims of dead holders (see RecovererCollector).
+//
 // docs/prometheus/alerts.yml and docs/grafana/idemkit.json are alert rules
 // and a dashboard over these metrics; docs/runbook.md says what to do when
 // an alert fires.

@@ -89,4 +89,13 @@
 // PrincipalUsage method and server.New refuses a quota with this store.
 // A redis.Ring is accepted without WaitReplicas, but a Ring reshards keys
 // when a shard is added or lost, which forgets claims like a restart.
+//
+// Store has no InFlight listing either, so package server/recoverer (which
+// finishes the lapsed claims of dead holders) refuses it with
+// recoverer.ErrNoListing. Each record is one hash under one key, so every
+// script touches one slot; an index of the in-flight claims would be a
+// second key, in another slot of a cluster (or, hash-tagged, one slot for
+// the whole store), and the records Redis expires by TTL would leave
+// stale entries in it. With Redis, a dead holder's claim is finished by
+// the client's retry, which takes it over once its lease lapses.
 package redisstore

@@ -789,7 +789,8 @@ type InFlightStore interface {
 
 // RunInFlight checks InFlight on a fresh, migrated store: it lists live
 // in-progress records created at least olderThan ago, oldest first, up to
-// limit, with their token and lease; never completed or expired ones.
+// limit, with their token and lease; never completed or expired ones; and
+// a listed record's scope, fingerprint and version take it over.
 func RunInFlight(t *testing.T, ctx context.Context, store InFlightStore) {
 	t.Helper()
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 6_000_000, time.UTC)
@@ -833,6 +834,18 @@ func RunInFlight(t *testing.T, ctx context.Context, store InFlightStore) {
 	require.True(t, t0.Equal(r.CreatedAt), "CreatedAt: got %v", r.CreatedAt)
 	require.True(t, t0.Add(time.Second).Equal(r.LockedUntil), "LockedUntil: got %v", r.LockedUntil)
 	require.True(t, t0.Add(time.Hour).Equal(r.ExpiresAt), "ExpiresAt: got %v", r.ExpiresAt)
+
+	// A listed record carries what a takeover needs (package
+	// server/recoverer relies on it): a claim with its scope, fingerprint
+	// and version, past its lease, takes it over with the next token.
+	res, err := store.Claim(ctx, server.ClaimRequest{
+		Scope: r.Scope, Fingerprint: r.Fingerprint, FingerprintVersion: r.FingerprintVersion,
+		Now: now, ExpiresAt: r.ExpiresAt, LockedUntil: now.Add(time.Minute),
+	})
+	require.NoError(t, err)
+	require.True(t, res.Acquired, "a lapsed listed claim is taken over")
+	require.True(t, res.TakenOver)
+	require.Equal(t, r.Token+1, res.Token)
 }
 
 // Migrator is a store that applies its own schema.
