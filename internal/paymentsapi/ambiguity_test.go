@@ -1,94 +1,16 @@
 package paymentsapi
 
 import (
-	"bytes"
-	"net"
 	"net/url"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idemkit/internal/tcpfault"
 	"github.com/idemkit/idemkit/internal/testpg"
 	"github.com/idemkit/idemkit/internal/wire"
 )
-
-// replyDropper is a loopback TCP proxy to PostgreSQL that, once armed,
-// closes the client's connection instead of relaying the next server reply
-// containing given bytes: the statement was applied, its answer lost.
-type replyDropper struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	drop   []byte
-	wg     sync.WaitGroup
-}
-
-func newReplyDropper(t *testing.T, target string) *replyDropper {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &replyDropper{ln: ln, target: target}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.DialTimeout("tcp", target, 5*time.Second)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			p.wg.Add(2)
-			go p.pipe(c, up, false)
-			go p.pipe(up, c, true)
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *replyDropper) arm(b []byte) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.drop = b
-}
-
-func (p *replyDropper) pipe(src, dst net.Conn, fromServer bool) {
-	defer p.wg.Done()
-	defer src.Close()
-	defer dst.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			if fromServer {
-				p.mu.Lock()
-				hit := p.drop != nil && bytes.Contains(buf[:n], p.drop)
-				if hit {
-					p.drop = nil
-				}
-				p.mu.Unlock()
-				if hit {
-					return
-				}
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
 
 // Lease mode on PostgreSQL: the payment's autocommitted INSERT is applied
 // but its answer is lost. The API answers outcome-unknown, never "The
@@ -100,11 +22,11 @@ func TestPayments_LostInsertAnswerIsOutcomeUnknown(t *testing.T) {
 	dsn := testpg.SchemaDSN(t)
 	u, err := url.Parse(dsn)
 	require.NoError(t, err)
-	proxy := newReplyDropper(t, u.Host)
-	u.Host = proxy.ln.Addr().String()
+	proxy := tcpfault.Start(t, u.Host)
+	u.Host = proxy.Addr()
 	var once sync.Once
 	b := setup(t, &Config{DSN: u.String(), SweepInterval: -1, Mode: ModeLease}, func(h *handlers) {
-		h.onChargeStart = func(string, string) { once.Do(func() { proxy.arm([]byte("INSERT 0 1\x00")) }) }
+		h.onChargeStart = func(string, string) { once.Do(func() { proxy.DropReply(tcpfault.Contains([]byte("INSERT 0 1\x00"))) }) }
 	})
 
 	first := b.pay(t, "alice", "intent-1", usd40)

@@ -10,6 +10,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idemkit/internal/tcpfault"
 	"github.com/idemkit/idemkit/internal/testmysql"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/mysqlstore"
@@ -17,10 +18,10 @@ import (
 )
 
 // proxiedBundle is a migrated store whose pool reaches MariaDB through a
-// testmysql.Proxy, and a direct pool for checks while the proxy misbehaves.
+// tcpfault.Proxy, and a direct pool for checks while the proxy misbehaves.
 type proxiedBundle struct {
 	ctx    context.Context
-	proxy  *testmysql.Proxy
+	proxy  *tcpfault.Proxy
 	store  *mysqlstore.Store
 	direct *sql.DB
 }
@@ -29,7 +30,7 @@ func setupProxied(t *testing.T) *proxiedBundle {
 	t.Helper()
 	cfg := testmysql.DatabaseConfig(t)
 	b := &proxiedBundle{ctx: storetest.Context(t), direct: openPool(t, cfg)}
-	b.proxy = testmysql.NewProxy(t, cfg.Addr)
+	b.proxy = tcpfault.Start(t, cfg.Addr)
 	proxied := cfg.Clone()
 	proxied.Addr = b.proxy.Addr()
 	proxied.Timeout = 2 * time.Second
@@ -65,9 +66,9 @@ func TestMySQLStore_LostCommitReplyIsOutcomeUnknown(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tx.Complete(b.ctx, req.Scope, res.Token, req.Now, &server.StoredResponse{Status: 201, Body: []byte("ok")}))
 
-	b.proxy.DropNextCommitReply()
+	b.proxy.DropReplyTo(tcpfault.MySQLCommitQuery)
 	err = tx.Commit(b.ctx)
-	require.Equal(t, 1, b.proxy.CommitRepliesDropped())
+	require.Equal(t, 1, b.proxy.Dropped())
 	require.ErrorIs(t, err, server.ErrOutcomeUnknown, "a COMMIT whose answer was lost is outcome-unknown")
 	require.ErrorIs(t, err, server.ErrStoreUnavailable)
 	require.NoError(t, tx.Rollback(b.ctx), "Rollback after Commit is a no-op")
@@ -94,7 +95,7 @@ func TestMySQLStore_CutConnections(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
 
-	b.proxy.Cut(time.Hour)
+	b.proxy.Cut()
 	_, err = tx.Handle().(*sql.Tx).ExecContext(b.ctx, "INSERT INTO payments (k, amount) VALUES ('cut-tx', 1)")
 	require.Error(t, err)
 	err = tx.Commit(b.ctx)
@@ -105,7 +106,7 @@ func TestMySQLStore_CutConnections(t *testing.T) {
 	_, err = b.store.BeginTx(b.ctx, time.Second)
 	require.ErrorIs(t, err, server.ErrStoreUnavailable)
 
-	b.proxy.Cut(0) // refuse no more
+	b.proxy.Restore() // refuse no more
 	require.Eventually(t, func() bool {
 		res, err := b.store.Claim(b.ctx, faultClaim("cut-lease"))
 		return err == nil && res.Acquired

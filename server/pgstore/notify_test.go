@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idemkit/internal/tcpfault"
 	"github.com/idemkit/idemkit/internal/testpg"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/pgstore"
@@ -332,20 +334,23 @@ func TestSubscribeChange_NotifyingStoreConformance(t *testing.T) {
 func TestSubscribeChange_UnreachableThenReconnects(t *testing.T) {
 	t.Parallel()
 	b := setupNotify(t, pgstore.Config{})
-	proxy, dsn := newCutProxy(t, b.dsn)
-	store := newNotifyStore(t, b.ctx, newPool(t, b.ctx, dsn), pgstore.Config{NotifyChanges: true})
+	u, err := url.Parse(b.dsn)
+	require.NoError(t, err)
+	proxy := tcpfault.Start(t, u.Host)
+	u.Host = proxy.Addr()
+	store := newNotifyStore(t, b.ctx, newPool(t, b.ctx, u.String()), pgstore.Config{NotifyChanges: true})
 	sc := scope("k1")
 	changed := subscribe(t, b.ctx, store, sc)
 
-	proxy.setCut(true)
+	proxy.Cut()
 	requireClosed(t, b.ctx, changed, "the connection cut")
 	ctx, cancel := context.WithTimeout(b.ctx, 300*time.Millisecond)
-	_, _, err := store.SubscribeChange(ctx, sc)
+	_, _, err = store.SubscribeChange(ctx, sc)
 	cancel()
 	require.ErrorIs(t, err, server.ErrStoreUnavailable)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
-	proxy.setCut(false)
+	proxy.Restore()
 	token := claim(t, b.ctx, b.writer, sc)
 	changed = subscribe(t, b.ctx, store, sc)
 	require.NoError(t, b.writer.Complete(b.ctx, sc, token, time.Now(), okResponse))

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idemkit/internal/tcpfault"
 	"github.com/idemkit/idemkit/internal/testdb"
 	"github.com/idemkit/idemkit/internal/testredis"
 	"github.com/idemkit/idemkit/internal/wire"
@@ -25,7 +26,7 @@ import (
 
 type faultBundle struct {
 	ctx   context.Context
-	proxy *tcpProxy
+	proxy *tcpfault.Proxy
 	store *redisstore.Store
 }
 
@@ -36,7 +37,7 @@ func setupFault(t *testing.T, maxRetries int) *faultBundle {
 	t.Helper()
 	opts, err := redis.ParseURL(testdb.DSN(t, testdb.Redis))
 	require.NoError(t, err)
-	b := &faultBundle{ctx: storetest.Context(t), proxy: newTCPProxy(t, opts.Addr)}
+	b := &faultBundle{ctx: storetest.Context(t), proxy: tcpfault.Start(t, opts.Addr)}
 	opts.Addr = b.proxy.Addr()
 	opts.PoolSize = 4
 	opts.ContextTimeoutEnabled = true
@@ -93,17 +94,17 @@ func TestStore_LostReplyIsRetriedAsTheSameClaim(t *testing.T) {
 	b := setupFault(t, 3)
 	req := claimAt(time.Now(), "lost-reply", time.Minute, time.Hour)
 
-	b.proxy.LoseReplyTo([]byte(redisstore.ClaimScriptHash))
+	b.proxy.DropReplyTo(tcpfault.Contains([]byte(redisstore.ClaimScriptHash)))
 	res, err := b.store.Claim(b.ctx, req)
 	require.NoError(t, err)
-	require.Equal(t, 1, b.proxy.Lost())
+	require.Equal(t, 1, b.proxy.Dropped())
 	require.True(t, res.Acquired, "the retried claim reported its own claim as someone else's: %+v", res.Existing)
 	require.Equal(t, int64(1), res.Token)
 
-	b.proxy.LoseReplyTo([]byte(redisstore.CompleteScriptHash))
+	b.proxy.DropReplyTo(tcpfault.Contains([]byte(redisstore.CompleteScriptHash)))
 	want := &server.StoredResponse{Status: http.StatusCreated, Body: []byte("done")}
 	require.NoError(t, b.store.Complete(b.ctx, req.Scope, res.Token, time.Now(), want), "the retried completion found its own response")
-	require.Equal(t, 2, b.proxy.Lost())
+	require.Equal(t, 2, b.proxy.Dropped())
 	rec, err := b.store.Get(b.ctx, req.Scope, time.Now())
 	require.NoError(t, err)
 	require.Equal(t, server.StateCompleted, rec.State)
@@ -113,7 +114,7 @@ func TestStore_LostReplyIsRetriedAsTheSameClaim(t *testing.T) {
 	// until its lease ends (a retry of the request is told it is in flight).
 	nr := setupFault(t, -1)
 	req2 := claimAt(time.Now(), "lost-reply-no-retry", time.Minute, time.Hour)
-	nr.proxy.LoseReplyTo([]byte(redisstore.ClaimScriptHash))
+	nr.proxy.DropReplyTo(tcpfault.Contains([]byte(redisstore.ClaimScriptHash)))
 	_, err = nr.store.Claim(nr.ctx, req2)
 	require.ErrorIs(t, err, server.ErrStoreUnavailable)
 	dup, err := nr.store.Claim(nr.ctx, req2)
