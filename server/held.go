@@ -47,27 +47,15 @@ const (
 // request's own context (r's may be the handler's, which a lost lease
 // cancels), cleanup the same without its cancellation.
 func (m *Middleware) runHeld(w http.ResponseWriter, r *http.Request, reqCtx, cleanup context.Context, next http.Handler, held heldClaim, ev *Event) {
-	rec := newRecorder(w, m.cfg.MaxResponseBytes)
 	// A body over MaxResponseBytes is not stored, so buffering it buys
 	// nothing: the outcome is stored without the body as soon as the body
-	// grows past the cap, and the rest streams. In transactional mode the
-	// transaction is closed from then on: write the response after the
-	// effect.
-	var (
-		finished  bool
-		finishErr error
-	)
-	rec.overflowFunc = func() bool {
-		status, _ := rec.result()
-		if !m.stores(r, status) {
-			return false // keep buffering; the claim will be abandoned
-		}
-		finished = true
-		finishErr = held.finish(cleanup, r, m.storedResponse(rec, true, ev.RequestID))
-		return finishErr == nil || held.effectSurvivesFailure()
-	}
+	// grows past the cap, and the rest streams (see heldWriter.Write). In
+	// transactional mode the transaction is closed from then on: write the
+	// response after the effect.
+	hw := &heldWriter{recorder: newRecorder(w, m.cfg.MaxResponseBytes), r: r, ctx: cleanup, held: held, replayHeaders: m.replayHeaders, requestID: ev.RequestID}
+	rec := hw.recorder
 	handlerStart := time.Now()
-	pv, panicked := runHandler(next, rec, r)
+	pv, panicked := runHandler(next, hw, r)
 	m.durations.observe(routeKey(r, ev.Scope), time.Since(handlerStart))
 
 	if panicked {
@@ -111,23 +99,64 @@ func (m *Middleware) runHeld(w http.ResponseWriter, r *http.Request, reqCtx, cle
 	status, _ := rec.result()
 	ev.Status = status
 	if rec.streaming {
-		ev.Outcome, ev.Err = OutcomeExecuted, finishErr // stored at the overflow
+		ev.Outcome, ev.Err = OutcomeExecuted, hw.finishErr // stored at the overflow
 		return
 	}
-	if !m.stores(r, status) {
+	if !stores(r, status) {
 		held.abandon(cleanup, r)
 		ev.Outcome = OutcomeReleased
 		rec.send(nil)
 		return
 	}
-	if !finished {
-		finishErr = held.finish(cleanup, r, m.storedResponse(rec, rec.overflowed, ev.RequestID))
+	finishErr := hw.finishErr
+	if !hw.finished {
+		finishErr = held.finish(cleanup, r, rec.stored(m.replayHeaders, rec.overflowed, ev.RequestID))
 	}
 	if finishErr != nil && held.answerFailure(w, r, rec, finishErr) {
 		return
 	}
 	ev.Outcome, ev.Err = OutcomeExecuted, finishErr
 	rec.send(nil)
+}
+
+// heldWriter is the ResponseWriter a handler under a held claim writes to:
+// the recorder, whose overflow it acts on. The write that takes the body
+// past Config.MaxResponseBytes stores the outcome without the body (if the
+// status is one that is stored) and switches the recorder to streaming,
+// unless the claim's effect does not survive a failed finish.
+type heldWriter struct {
+	*recorder
+	r             *http.Request
+	ctx           context.Context // the request's, without its cancellation
+	held          heldClaim
+	replayHeaders map[string]bool
+	requestID     string
+	// finished is set when the overflow finished the claim, with
+	// finishErr what finish returned.
+	finished  bool
+	finishErr error
+}
+
+// Write buffers p, or streams it; see heldWriter.
+func (hw *heldWriter) Write(p []byte) (int, error) {
+	n, overflow, err := hw.recorder.write(p)
+	if overflow && hw.finishAtOverflow() {
+		hw.recorder.stream()
+	}
+	return n, err
+}
+
+// finishAtOverflow stores the outcome without the body, unless the status
+// is not stored (the claim will be abandoned: keep buffering), and reports
+// whether the rest of the body can stream.
+func (hw *heldWriter) finishAtOverflow() bool {
+	status, _ := hw.recorder.result()
+	if !stores(hw.r, status) {
+		return false
+	}
+	hw.finished = true
+	hw.finishErr = hw.held.finish(hw.ctx, hw.r, hw.recorder.stored(hw.replayHeaders, true, hw.requestID))
+	return hw.finishErr == nil || hw.held.effectSurvivesFailure()
 }
 
 // The lease is the heldClaim of lease mode.

@@ -347,27 +347,6 @@ func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, ex *
 		detailInFlight, m.inFlightRetryAfter(r, ev.Scope, ex))
 }
 
-// storedResponse is what gets stored for rec: the status, the allowlisted
-// headers and the body, or no body when omit is true, and the request's
-// correlation id requestID, if any, in the reserved header entry.
-func (m *Middleware) storedResponse(rec *recorder, omit bool, requestID string) *StoredResponse {
-	status, h := rec.result()
-	stored := make(http.Header)
-	for k, v := range h {
-		if m.replayHeaders[http.CanonicalHeaderKey(k)] && len(v) > 0 {
-			stored[http.CanonicalHeaderKey(k)] = append([]string(nil), v...)
-		}
-	}
-	resp := &StoredResponse{Status: status, Header: withRequestID(stored, requestID), BodyOmitted: omit}
-	if !omit {
-		resp.Body = bytes.Clone(rec.body.Bytes())
-		if resp.Body == nil {
-			resp.Body = []byte{}
-		}
-	}
-	return resp
-}
-
 // storeFailure answers a store error before the handler ran.
 func (m *Middleware) storeFailure(w http.ResponseWriter, r *http.Request, ev *Event, op string, err error) {
 	ev.Err = err

@@ -38,7 +38,7 @@ func MarkNotStored(ctx context.Context) {
 // stores reports whether a response with status, written for r, is stored:
 // every status below 500 except notStoredStatuses, unless the handler
 // called MarkNotStored.
-func (m *Middleware) stores(r *http.Request, status int) bool {
+func stores(r *http.Request, status int) bool {
 	if status >= 500 || notStoredStatuses[status] {
 		return false
 	}
