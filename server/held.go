@@ -36,12 +36,6 @@ type heldClaim interface {
 	end()
 }
 
-// Problem details shared by several answers.
-const (
-	detailCanceled = "The request was canceled before it was processed; nothing was applied. Retry with the same Idempotency-Key."
-	detailInFlight = "A request with this Idempotency-Key is still being processed. Retry after the delay in Retry-After."
-)
-
 // runHeld runs next under held, buffering its response, and ends the claim
 // by the handler's outcome: stored and sent, or abandoned. reqCtx is the
 // request's own context (r's may be the handler's, which a lost lease
@@ -158,27 +152,6 @@ func (hw *heldWriter) finishAtOverflow() bool {
 	hw.finishErr = hw.held.finish(hw.ctx, hw.r, hw.recorder.stored(hw.replayHeaders, true, hw.requestID))
 	return hw.finishErr == nil || hw.held.effectSurvivesFailure()
 }
-
-// The lease is the heldClaim of lease mode.
-
-func (l *lease) finish(ctx context.Context, r *http.Request, resp *StoredResponse) error {
-	return l.complete(ctx, r, resp)
-}
-
-func (l *lease) abandon(ctx context.Context, r *http.Request) {
-	l.stop()
-	l.m.release(ctx, r, l.ev, l.token)
-}
-
-func (l *lease) effectSurvivesFailure() bool { return true }
-
-// answerFailure answers nothing: the handler's effect happened, and
-// complete has logged why its outcome could not be stored.
-func (l *lease) answerFailure(http.ResponseWriter, *http.Request, *recorder, error) bool {
-	return false
-}
-
-func (l *lease) end() { l.stop() }
 
 // errResponseNotCaptured is the Event.Err of a request whose handler wrote
 // nothing through the middleware's writer.

@@ -328,15 +328,6 @@ func withoutBody(resp *StoredResponse) *StoredResponse {
 	return &c
 }
 
-// attemptOf is the Attempt of an acquired claim.
-func attemptOf(res ClaimResult) Attempt {
-	a := Attempt{Token: res.Token}
-	if res.TakenOver {
-		a.PreviousOutcomeUnknown, a.PreviousToken = true, res.Token-1
-	}
-	return a
-}
-
 // serveLease runs a request in lease mode: the claim commits, with a
 // lease, before the handler runs.
 func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fps requestFingerprint, ev *Event) {
@@ -452,3 +443,44 @@ func (m *Middleware) release(ctx context.Context, r *http.Request, ev *Event, to
 	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "idemkit: could not release the claim; a retry waits for the lease to end",
 		scopeAttrs(scope, slog.Int64("token", token), slog.Any("error", err))...)
 }
+
+// leaseWaitCheck is the waitCheck of lease mode, whose in-flight claims
+// are committed: a completed record (or one of another request) answers,
+// a released one or a lapsed lease is claimed again.
+func (m *Middleware) leaseWaitCheck(scope Scope, fps requestFingerprint) waitCheck {
+	return func(ctx context.Context) (waitVerdict, *Record, error) {
+		rec, err := m.getForWait(ctx, scope)
+		switch {
+		case errors.Is(err, ErrRecordNotFound):
+			return waitClaim, nil, nil
+		case err != nil:
+			return waitKeep, nil, err
+		case rec.State == StateCompleted || !fps.matches(rec):
+			return waitAnswer, rec, nil
+		case !rec.LockedUntil.After(m.now()):
+			return waitClaim, nil, nil // the claim takes the lapsed lease over
+		}
+		return waitKeep, rec, nil
+	}
+}
+
+// The lease is the heldClaim of lease mode.
+
+func (l *lease) finish(ctx context.Context, r *http.Request, resp *StoredResponse) error {
+	return l.complete(ctx, r, resp)
+}
+
+func (l *lease) abandon(ctx context.Context, r *http.Request) {
+	l.stop()
+	l.m.release(ctx, r, l.ev, l.token)
+}
+
+func (l *lease) effectSurvivesFailure() bool { return true }
+
+// answerFailure answers nothing: the handler's effect happened, and
+// complete has logged why its outcome could not be stored.
+func (l *lease) answerFailure(http.ResponseWriter, *http.Request, *recorder, error) bool {
+	return false
+}
+
+func (l *lease) end() { l.stop() }

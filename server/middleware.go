@@ -80,8 +80,6 @@ var neverStored = map[string]bool{
 	wire.HeaderReplayed: true, wire.HeaderOmitted: true, wire.HeaderWindow: true, "Retry-After": true,
 }
 
-func (m *Middleware) now() time.Time { return m.timeNowFunc() }
-
 // Wrap returns next protected by m. Requests with a safe method (GET, HEAD,
 // OPTIONS, TRACE) pass through untouched. Wrap the handler registered on an
 // http.ServeMux, not the mux, so that the default endpoint sees r.Pattern.
@@ -254,37 +252,6 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	return body, nil
 }
 
-func (m *Middleware) reject(w http.ResponseWriter, ev *Event, status int, slug, detail string) {
-	ev.Outcome, ev.Status = OutcomeRejected, status
-	writeProblem(w, status, slug, detail, 0)
-}
-
-func (m *Middleware) claimRequest(scope Scope, fps requestFingerprint, hold time.Duration) ClaimRequest {
-	now := m.now()
-	fp, version := fps.current()
-	return ClaimRequest{
-		Scope:              scope,
-		Fingerprint:        fp,
-		FingerprintVersion: version,
-		Now:                now,
-		ExpiresAt:          now.Add(m.cfg.Window),
-		LockedUntil:        now.Add(hold),
-	}
-}
-
-// outcomeUnknown answers a request whose result may or may not have been
-// applied or stored: 503 outcome-unknown, retry with the same key.
-func (m *Middleware) outcomeUnknown(w http.ResponseWriter, r *http.Request, ev *Event, err error, detail string) {
-	ev.Outcome, ev.Status, ev.Err = OutcomeUnknown, http.StatusServiceUnavailable, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
-	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idemkit: outcome unknown; answered outcome-unknown",
-		scopeAttrs(ev.Scope, slog.Any("error", err))...)
-	writeProblem(w, http.StatusServiceUnavailable, wire.ProblemOutcomeUnknown, detail, 1)
-}
-
-func (m *Middleware) acquired(ev *Event, res ClaimResult) {
-	ev.Token, ev.TakenOver = res.Token, res.TakenOver
-}
-
 // runHandler runs next and recovers a panic.
 func runHandler(next http.Handler, w http.ResponseWriter, r *http.Request) (pv any, panicked bool) {
 	panicked = true
@@ -295,94 +262,4 @@ func runHandler(next http.Handler, w http.ResponseWriter, r *http.Request) (pv a
 	}()
 	next.ServeHTTP(w, r)
 	return nil, false
-}
-
-// panicked answers a recovered panic with a 500 problem, or re-panics
-// http.ErrAbortHandler so that net/http aborts the response.
-func (m *Middleware) panicked(w http.ResponseWriter, r *http.Request, ev *Event, pv any) {
-	ev.Outcome, ev.Status = OutcomeReleased, http.StatusInternalServerError
-	if pv == http.ErrAbortHandler { //nolint:errorlint // the sentinel is panicked with as is
-		ev.Err = http.ErrAbortHandler
-		panic(pv)
-	}
-	ev.Err = fmt.Errorf("idemkit/server: handler panicked: %v", pv)
-	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idemkit: handler panicked; claim released",
-		scopeAttrs(ev.Scope, slog.Any("panic", pv))...)
-	writeProblem(w, http.StatusInternalServerError, wire.ProblemHandlerPanic, "The server failed while handling the request; nothing was stored. Retry with the same Idempotency-Key.", 0)
-}
-
-// canceledInHandler answers a request whose handler returned without
-// writing anything after the request's context ended; the claim has been
-// released or rolled back.
-func (m *Middleware) canceledInHandler(w http.ResponseWriter, r *http.Request, ev *Event, err error) {
-	ev.Outcome, ev.Status, ev.Err = OutcomeCanceled, http.StatusServiceUnavailable, err
-	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelDebug, "idemkit: handler answered nothing to a canceled request; claim released",
-		scopeAttrs(ev.Scope, slog.Any("error", err))...)
-	writeProblem(w, http.StatusServiceUnavailable, wire.ProblemCanceled,
-		detailCanceled, 1)
-}
-
-// answerExisting answers a request whose claim found a live record.
-func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, ex *Record, fps requestFingerprint, ev *Event) {
-	if ex == nil {
-		m.storeFailure(w, r, ev, "claim", errors.New("idemkit/server: store returned no record for an unacquired claim"))
-		return
-	}
-	if !fps.matches(ex) {
-		ev.Outcome, ev.Status, ev.Err = OutcomeMismatch, http.StatusUnprocessableEntity, errFingerprintMismatch
-		writeProblem(w, http.StatusUnprocessableEntity, wire.ProblemKeyReused,
-			"This Idempotency-Key was already used for a different request (method, path or body). Use a new key for a new request.", 0)
-		return
-	}
-	if ex.State == StateCompleted {
-		if ex.Response == nil {
-			m.storeFailure(w, r, ev, "claim", errors.New("idemkit/server: completed record has no response"))
-			return
-		}
-		m.replay(w, r, ex, ev)
-		return
-	}
-	ev.Outcome, ev.Status, ev.Err = OutcomeConflict, http.StatusConflict, ErrInFlight
-	writeProblem(w, http.StatusConflict, wire.ProblemInFlight,
-		detailInFlight, m.inFlightRetryAfter(r, ev.Scope, ex))
-}
-
-// storeFailure answers a store error before the handler ran.
-func (m *Middleware) storeFailure(w http.ResponseWriter, r *http.Request, ev *Event, op string, err error) {
-	ev.Err = err
-	if ctxErr := r.Context().Err(); ctxErr != nil && errors.Is(err, ctxErr) {
-		// The client went away (or a server timeout fired) while the store
-		// call waited: not a store failure, and nothing to page anyone for.
-		ev.Outcome, ev.Status = OutcomeCanceled, http.StatusServiceUnavailable
-		writeProblem(w, http.StatusServiceUnavailable, wire.ProblemCanceled,
-			detailCanceled, 1)
-		m.cfg.Logger.LogAttrs(r.Context(), slog.LevelDebug, "idemkit: request canceled before its claim",
-			scopeAttrs(ev.Scope, slog.String("op", op), slog.Any("error", err))...)
-		return
-	}
-	switch {
-	case errors.Is(err, ErrInFlight):
-		ev.Outcome, ev.Status = OutcomeConflict, http.StatusConflict
-		writeProblem(w, http.StatusConflict, wire.ProblemInFlight,
-			detailInFlight, 1)
-		return
-	case errors.Is(err, ErrStoreBusy):
-		ev.StoreErrors = append(ev.StoreErrors, op)
-		ev.Outcome, ev.Status = OutcomeStoreError, http.StatusServiceUnavailable
-		writeProblem(w, http.StatusServiceUnavailable, wire.ProblemStoreBusy,
-			"The idempotency store is busy; the request was not processed. Retry with the same Idempotency-Key.", 1)
-	default:
-		ev.StoreErrors = append(ev.StoreErrors, op)
-		ev.Outcome, ev.Status = OutcomeStoreError, http.StatusServiceUnavailable
-		writeProblem(w, http.StatusServiceUnavailable, wire.ProblemStoreUnavailable,
-			"The idempotency store is unavailable; the request was not processed. Retry with the same Idempotency-Key.", 1)
-	}
-	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "idemkit: store error; request not processed",
-		scopeAttrs(ev.Scope, slog.String("op", op), slog.Any("error", err))...)
-}
-
-func scopeAttrs(s Scope, extra ...slog.Attr) []slog.Attr {
-	return append([]slog.Attr{
-		slog.String("principal", s.Principal), slog.String("endpoint", s.Endpoint), slog.String("key", s.Key),
-	}, extra...)
 }

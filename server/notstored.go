@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"sync/atomic"
 )
@@ -44,27 +43,4 @@ func stores(r *http.Request, status int) bool {
 	}
 	mark, ok := r.Context().Value(ctxKeyNotStored).(*notStoredMark)
 	return !ok || !mark.set.Load()
-}
-
-// answeredByLegacyRecord answers r from a live record stored under the
-// legacy endpoint scope (Config.LegacyEndpointFunc), if there is one, and
-// reports whether it did.
-func (m *Middleware) answeredByLegacyRecord(w http.ResponseWriter, r *http.Request, scope Scope, fps requestFingerprint, ev *Event) bool {
-	legacy := scope
-	legacy.Endpoint = m.cfg.LegacyEndpointFunc(r)
-	if legacy.Endpoint == "" || legacy.Endpoint == scope.Endpoint || validScopePart("endpoint", legacy.Endpoint) != nil {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), m.cfg.StoreTimeout)
-	defer cancel()
-	rec, err := m.store.Get(ctx, legacy, m.now())
-	switch {
-	case errors.Is(err, ErrRecordNotFound):
-		return false
-	case err != nil:
-		m.storeFailure(w, r, ev, "get_legacy", err)
-		return true
-	}
-	m.answerExisting(w, r, rec, fps, ev)
-	return true
 }

@@ -213,3 +213,45 @@ func (m *Middleware) rollback(ctx context.Context, tx StoreTx, scope Scope) {
 			scopeAttrs(scope, slog.Any("error", err))...)
 	}
 }
+
+// txWaitCheck is the waitCheck of transactional mode, whose in-flight
+// claims are invisible until they commit: a completed record answers;
+// without one, a claim that waits at most waitProbeLockTimeout on the
+// original's lock, rolled back at once, tells a running original (the lock
+// is held) from one that rolled back (claim again).
+func (m *Middleware) txWaitCheck(scope Scope, fps requestFingerprint) waitCheck {
+	return func(ctx context.Context) (waitVerdict, *Record, error) {
+		rec, err := m.getForWait(ctx, scope)
+		switch {
+		case err == nil && (rec.State == StateCompleted || !fps.matches(rec)):
+			return waitAnswer, rec, nil
+		case err != nil && !errors.Is(err, ErrRecordNotFound):
+			return waitKeep, nil, err
+		}
+		probe := min(m.cfg.LockTimeout, waitProbeLockTimeout)
+		callCtx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+		defer cancel()
+		tx, err := m.store.BeginTx(callCtx, probe)
+		if err != nil {
+			if errors.Is(err, ErrStoreBusy) || errors.Is(err, ErrInFlight) {
+				return waitKeep, nil, nil
+			}
+			return waitKeep, nil, err
+		}
+		res, err := tx.Claim(callCtx, m.claimRequest(scope, fps, probe))
+		rbCtx, cancelRb := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.StoreTimeout)
+		m.rollback(rbCtx, tx, scope)
+		cancelRb()
+		switch {
+		case errors.Is(err, ErrInFlight) || errors.Is(err, ErrStoreBusy):
+			return waitKeep, nil, nil
+		case err != nil:
+			return waitKeep, nil, err
+		case res.Acquired:
+			return waitClaim, nil, nil
+		case res.Existing != nil && (res.Existing.State == StateCompleted || !fps.matches(res.Existing)):
+			return waitAnswer, res.Existing, nil
+		}
+		return waitKeep, res.Existing, nil
+	}
+}
