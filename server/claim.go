@@ -24,9 +24,33 @@ func (m *Middleware) claimRequest(scope Scope, fps requestFingerprint, hold time
 	}
 }
 
-// acquired notes the acquired claim res in ev.
-func (m *Middleware) acquired(ev *Event, res ClaimResult) {
-	ev.Token, ev.TakenOver = res.Token, res.TakenOver
+// trace is what befell one keyed request on its way to its answer: its
+// scope and correlation id, and what its claims met, noted by the claim
+// machinery as it happens (the claim, the heartbeat, the completion, a
+// release, the waiting). The Event is built from it and the answer
+// (eventOf).
+type trace struct {
+	scope     Scope
+	requestID string
+
+	token         int64
+	takenOver     bool
+	claimDuration time.Duration
+	released      bool
+	leaseLost     int
+	storeErrors   []string
+	waited        time.Duration
+	waitRefused   bool
+}
+
+// acquired notes the acquired claim res.
+func (tr *trace) acquired(res ClaimResult) {
+	tr.token, tr.takenOver = res.Token, res.TakenOver
+}
+
+// storeError notes a failed store call op.
+func (tr *trace) storeError(op string) {
+	tr.storeErrors = append(tr.storeErrors, op)
 }
 
 // attemptOf is the Attempt of an acquired claim.

@@ -135,53 +135,54 @@ func (m *Middleware) endpoint(r *http.Request, route routeOptions) string {
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, route routeOptions) {
 	start := time.Now()
-	ev := Event{}
-	noEvent := false
-	defer func() {
-		// Runs on every return, and on the re-panic of http.ErrAbortHandler.
-		ev.Duration = time.Since(start)
-		if m.cfg.OnEventFunc != nil && !noEvent {
-			m.cfg.OnEventFunc(r, ev)
-		}
-	}()
-
 	key, keyErr := wire.ParseKey(r.Header.Values(HeaderKey))
 	if keyErr != nil && errors.Is(keyErr, errKeyMissing) && m.cfg.AllowMissingKey {
-		noEvent = true // not a keyed request
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r) // not a keyed request: no event
 		return
 	}
 	w.Header().Set(wire.HeaderWindow, m.window)
-	ev.RequestID = m.correlationID(r)
+	tr := &trace{requestID: m.correlationID(r)}
+	var a answer
+	defer func() {
+		// Runs on every return, and on a panic of a callback (then with
+		// what the trace holds so far).
+		if m.cfg.OnEventFunc != nil {
+			m.cfg.OnEventFunc(r, eventOf(tr, a, time.Since(start)))
+		}
+	}()
+	a = m.answer(w, r, next, route, key, keyErr, tr)
+	if a.abort {
+		// Once the event is out: net/http aborts the response.
+		panic(http.ErrAbortHandler)
+	}
+}
 
+// answer checks a keyed request, claims its scope in the configured mode
+// and answers it, noting in tr what befell it.
+func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next http.Handler, route routeOptions, key string, keyErr error, tr *trace) answer {
 	principal, err := m.cfg.PrincipalFunc(r)
 	if err == nil && principal == "" {
 		err = errors.New("PrincipalFunc returned an empty principal")
 	}
 	if err != nil {
-		ev.Err = fmt.Errorf("%w: %w", errUnauthenticated, err)
-		m.reject(w, &ev, http.StatusUnauthorized, wire.ProblemUnauthenticated, "The request has no authenticated principal, so its Idempotency-Key cannot be scoped.")
-		return
+		return reject(w, http.StatusUnauthorized, wire.ProblemUnauthenticated, "The request has no authenticated principal, so its Idempotency-Key cannot be scoped.",
+			fmt.Errorf("%w: %w", errUnauthenticated, err))
 	}
 	if err := validScopePart("principal", principal); err != nil {
-		ev.Err = fmt.Errorf("%w: %w: %w", errUnauthenticated, errScopeInvalid, err)
-		m.reject(w, &ev, http.StatusUnauthorized, wire.ProblemPrincipalInvalid,
-			fmt.Sprintf("The request's principal cannot scope an Idempotency-Key: it must be valid UTF-8 without control characters, at most %d bytes.", maxScopePartBytes))
-		return
+		return reject(w, http.StatusUnauthorized, wire.ProblemPrincipalInvalid,
+			fmt.Sprintf("The request's principal cannot scope an Idempotency-Key: it must be valid UTF-8 without control characters, at most %d bytes.", maxScopePartBytes),
+			fmt.Errorf("%w: %w: %w", errUnauthenticated, errScopeInvalid, err))
 	}
 	if keyErr != nil {
-		ev.Err = keyErr
 		if errors.Is(keyErr, errKeyMissing) {
-			m.reject(w, &ev, http.StatusBadRequest, wire.ProblemKeyMissing, "This operation requires an Idempotency-Key header; mint one key per intent (a UUIDv4) and resend it on every retry.")
-			return
+			return reject(w, http.StatusBadRequest, wire.ProblemKeyMissing, "This operation requires an Idempotency-Key header; mint one key per intent (a UUIDv4) and resend it on every retry.", keyErr)
 		}
 		detail := "The Idempotency-Key header is malformed."
 		var ke *wire.KeyError
 		if errors.As(keyErr, &ke) {
 			detail = "The Idempotency-Key header is malformed: " + ke.Reason + "."
 		}
-		m.reject(w, &ev, http.StatusBadRequest, wire.ProblemKeyInvalid, detail)
-		return
+		return reject(w, http.StatusBadRequest, wire.ProblemKeyInvalid, detail, keyErr)
 	}
 
 	limit := m.cfg.MaxFingerprintBytes
@@ -190,27 +191,25 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	body, err := readBody(r, limit)
 	if err != nil {
-		ev.Err = err
 		if errors.Is(err, errBodyTooLarge) {
-			m.reject(w, &ev, http.StatusRequestEntityTooLarge, wire.ProblemBodyTooLarge,
-				fmt.Sprintf("The request body is larger than %d bytes, the most this route accepts.", limit))
-			return
+			return reject(w, http.StatusRequestEntityTooLarge, wire.ProblemBodyTooLarge,
+				fmt.Sprintf("The request body is larger than %d bytes, the most this route accepts.", limit), err)
 		}
-		m.reject(w, &ev, http.StatusBadRequest, wire.ProblemBodyUnreadable, "The request body could not be read.")
-		return
+		return reject(w, http.StatusBadRequest, wire.ProblemBodyUnreadable, "The request body could not be read.", err)
 	}
 	scope := Scope{Principal: principal, Endpoint: m.endpoint(r, route), Key: key}
 	if err := validScopePart("endpoint", scope.Endpoint); err != nil {
-		ev.Err = fmt.Errorf("%w: %w", errScopeInvalid, err)
-		m.reject(w, &ev, http.StatusBadRequest, wire.ProblemEndpointInvalid,
-			fmt.Sprintf("The operation this request was routed to has no usable name: it must be valid UTF-8 without control characters, at most %d bytes.", maxScopePartBytes))
-		return
+		return reject(w, http.StatusBadRequest, wire.ProblemEndpointInvalid,
+			fmt.Sprintf("The operation this request was routed to has no usable name: it must be valid UTF-8 without control characters, at most %d bytes.", maxScopePartBytes),
+			fmt.Errorf("%w: %w", errScopeInvalid, err))
 	}
 	fps := fingerprintRequest(r, body)
-	ev.Scope = scope
+	tr.scope = scope
 
-	if m.cfg.LegacyEndpointFunc != nil && m.answeredByLegacyRecord(w, r, scope, fps, &ev) {
-		return
+	if m.cfg.LegacyEndpointFunc != nil {
+		if a, ok := m.answeredByLegacyRecord(w, r, fps, tr); ok {
+			return a
+		}
 	}
 
 	r = r.WithContext(context.WithValue(context.WithValue(r.Context(), ctxKeyScope, scope), ctxKeyNotStored, &notStoredMark{}))
@@ -219,10 +218,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 
 	if m.cfg.Mode == ModeTransactional {
-		m.serveTx(w, r, next, scope, fps, &ev)
-		return
+		return m.serveTx(w, r, next, fps, tr)
 	}
-	m.serveLease(w, r, next, scope, fps, &ev)
+	return m.serveLease(w, r, next, fps, tr)
 }
 
 // readBody reads at most limit bytes of r.Body. It returns errBodyTooLarge if

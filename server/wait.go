@@ -102,7 +102,7 @@ type waitCheck func(ctx context.Context) (waitVerdict, *Record, error)
 // deadline counts from the first wait and holds across claims again.
 type waitSession struct {
 	m        *Middleware
-	ev       *Event
+	tr       *trace
 	started  time.Time
 	deadline time.Time
 	interval time.Duration
@@ -115,11 +115,11 @@ type waitSession struct {
 
 // newWaitSession returns the waiting of a request, or nil when
 // Config.WaitInFlight is off.
-func (m *Middleware) newWaitSession(ev *Event) *waitSession {
+func (m *Middleware) newWaitSession(tr *trace) *waitSession {
 	if m.cfg.WaitInFlight <= 0 {
 		return nil
 	}
-	return &waitSession{m: m, ev: ev}
+	return &waitSession{m: m, tr: tr}
 }
 
 // await waits for the in-flight original of the request's scope, checking
@@ -131,12 +131,12 @@ func (m *Middleware) newWaitSession(ev *Event) *waitSession {
 // store failure or ctx's error. While it waits it holds no store
 // connection: the store wakes it (ChangeSubscriber) or it polls.
 func (s *waitSession) await(ctx context.Context, check waitCheck) (waitVerdict, *Record, error) {
-	if s == nil || s.ev.WaitRefused {
+	if s == nil || s.tr.waitRefused {
 		return waitKeep, nil, nil
 	}
-	m, scope := s.m, s.ev.Scope
+	m, scope := s.m, s.tr.scope
 	if !m.waiting.enter(scope.Principal, m.cfg.MaxWaiting, m.cfg.MaxWaitingPerPrincipal) {
-		s.ev.WaitRefused = true
+		s.tr.waitRefused = true
 		m.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "idemkit: too many requests waiting; answering 409 at once",
 			scopeAttrs(scope)...)
 		return waitKeep, nil, nil
@@ -155,7 +155,7 @@ func (s *waitSession) await(ctx context.Context, check waitCheck) (waitVerdict, 
 			s.interval = waitPollSubscribedMin
 		}
 	}
-	defer func() { s.ev.Waited = time.Since(s.started) }()
+	defer func() { s.tr.waited = time.Since(s.started) }()
 
 	skipCheck := s.claimedAgain
 	s.claimedAgain = false
