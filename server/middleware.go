@@ -17,6 +17,16 @@ import (
 	"github.com/idemkit/idemkit/internal/wire"
 )
 
+// The middleware's files depend one way. This file is the dispatcher: it
+// checks a keyed request and hands it to a mode (lease.go, tx.go), which
+// claims the scope, runs the handler under the held claim (held.go, with the
+// response captured by recorder.go) or waits for an in-flight original
+// (wait.go), and returns an answer. The modes and the dispatcher build on
+// small helpers that call neither back: answers (answer.go, replay.go,
+// problem.go), claims (claim.go), quotas (quota.go), the legacy lookup
+// (legacy.go), MarkNotStored (notstored.go). The Event is built once, from
+// the answer and the request's trace (eventOf), when the request is done.
+
 // Middleware makes unsafe requests idempotent: it claims each request's
 // (principal, endpoint, key) scope in a Store, runs the handler once, stores
 // its response and replays it to every retry within the window.
