@@ -160,16 +160,16 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			m.cfg.OnEventFunc(r, eventOf(tr, a, time.Since(start)))
 		}
 	}()
-	a = m.answer(w, r, next, route, key, keyErr, tr)
+	a = m.dispatch(w, r, next, route, key, keyErr, tr)
 	if a.abort {
 		// Once the event is out: net/http aborts the response.
 		panic(http.ErrAbortHandler)
 	}
 }
 
-// answer checks a keyed request, claims its scope in the configured mode
+// dispatch checks a keyed request, claims its scope in the configured mode
 // and answers it, noting in tr what befell it.
-func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next http.Handler, route routeOptions, key string, keyErr error, tr *trace) answer {
+func (m *Middleware) dispatch(w http.ResponseWriter, r *http.Request, next http.Handler, route routeOptions, key string, keyErr error, tr *trace) answer {
 	principal, err := m.cfg.PrincipalFunc(r)
 	if err == nil && principal == "" {
 		err = errors.New("PrincipalFunc returned an empty principal")
