@@ -263,39 +263,6 @@ func (s *mwStore) exec(t *testing.T, query string) {
 	require.NoError(t, err)
 }
 
-// A duplicate of a request on a route that usually takes milliseconds is
-// told to come back in about a second, not after the whole remaining lease:
-// generic clients with a 20 s timeout would otherwise give up on a payment
-// that succeeded.
-func TestRetryAfter_EstimatesFromRecentDurations(t *testing.T) {
-	t.Parallel()
-	for _, kind := range mwStoreKinds {
-		t.Run(kind, func(t *testing.T) {
-			t.Parallel()
-			s := mwNewStore(t, kind)
-			entered := make(chan struct{})
-			release := make(chan struct{})
-			rig := newLeaseRig(t, s.store, func(c *server.Config) { c.LeaseDuration = 30 * time.Second }, func(run int64, w http.ResponseWriter, r *http.Request) {
-				if run == 2 {
-					close(entered)
-					<-release
-				}
-				charged(run, w)
-			})
-			require.Equal(t, http.StatusCreated, rig.post(t, "fast-1").Status)
-
-			done := make(chan *mwResponse, 1)
-			go func() { done <- rig.post(t, "slow-1") }()
-			<-entered
-			dup := rig.post(t, "slow-1")
-			dup.requireProblem(t, http.StatusConflict, wire.ProblemInFlight)
-			require.Equal(t, "1", dup.Header.Get("Retry-After"), "the route takes milliseconds; the lease has 30 s left")
-			close(release)
-			require.Equal(t, http.StatusCreated, (<-done).Status)
-		})
-	}
-}
-
 // The answer to the lease-mode completion is lost after PostgreSQL applied
 // it: the retried completion finds the record completed with its own token
 // and takes that as its success, not as a lease lost to a newer claim (the

@@ -96,3 +96,30 @@ type Event struct {
 	// the record predates correlation ids.
 	OriginalRequestID string
 }
+
+// eventOf is the Event of a request answered a, with tr what befell it on
+// the way, after took. It is the one place an Event is built.
+func eventOf(tr *trace, a answer, took time.Duration) Event {
+	storeErrors := tr.storeErrors
+	if a.storeErr != "" {
+		storeErrors = append(storeErrors, a.storeErr)
+	}
+	return Event{
+		Scope:               tr.scope,
+		Outcome:             a.outcome,
+		Status:              a.status,
+		Token:               tr.token,
+		TakenOver:           tr.takenOver,
+		Err:                 a.err,
+		Duration:            took,
+		ClaimDuration:       tr.claimDuration,
+		Released:            tr.released,
+		LeaseLost:           tr.leaseLost,
+		ResponseNotCaptured: a.responseNotCaptured,
+		StoreErrors:         storeErrors,
+		Waited:              tr.waited,
+		WaitRefused:         tr.waitRefused,
+		RequestID:           tr.requestID,
+		OriginalRequestID:   a.originalRequestID,
+	}
+}

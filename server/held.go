@@ -30,73 +30,52 @@ type heldClaim interface {
 	effectSurvivesFailure() bool
 	// answerFailure answers a request whose finish failed with err, unless
 	// the effect survives failure, and reports whether it answered.
-	answerFailure(w http.ResponseWriter, r *http.Request, rec *recorder, err error) bool
+	answerFailure(w http.ResponseWriter, r *http.Request, rec *recorder, err error) (answer, bool)
 	// end stops what the claim runs in the background and gives back what
 	// it holds; a no-op once the claim was finished or abandoned.
 	end()
 }
 
-// Problem details shared by several answers.
-const (
-	detailCanceled = "The request was canceled before it was processed; nothing was applied. Retry with the same Idempotency-Key."
-	detailInFlight = "A request with this Idempotency-Key is still being processed. Retry after the delay in Retry-After."
-)
-
 // runHeld runs next under held, buffering its response, and ends the claim
 // by the handler's outcome: stored and sent, or abandoned. reqCtx is the
 // request's own context (r's may be the handler's, which a lost lease
 // cancels), cleanup the same without its cancellation.
-func (m *Middleware) runHeld(w http.ResponseWriter, r *http.Request, reqCtx, cleanup context.Context, next http.Handler, held heldClaim, ev *Event) {
-	rec := newRecorder(w, m.cfg.MaxResponseBytes)
+func (m *Middleware) runHeld(w http.ResponseWriter, r *http.Request, reqCtx, cleanup context.Context, next http.Handler, held heldClaim, tr *trace) answer {
 	// A body over MaxResponseBytes is not stored, so buffering it buys
 	// nothing: the outcome is stored without the body as soon as the body
-	// grows past the cap, and the rest streams. In transactional mode the
-	// transaction is closed from then on: write the response after the
-	// effect.
-	var (
-		finished  bool
-		finishErr error
-	)
-	rec.overflowFunc = func() bool {
-		status, _ := rec.result()
-		if !m.stores(r, status) {
-			return false // keep buffering; the claim will be abandoned
-		}
-		finished = true
-		finishErr = held.finish(cleanup, r, m.storedResponse(rec, true, ev.RequestID))
-		return finishErr == nil || held.effectSurvivesFailure()
-	}
+	// grows past the cap, and the rest streams (see heldWriter.Write). In
+	// transactional mode the transaction is closed from then on: write the
+	// response after the effect.
+	hw := &heldWriter{recorder: newRecorder(w, m.cfg.MaxResponseBytes), r: r, ctx: cleanup, held: held, replayHeaders: m.replayHeaders, requestID: tr.requestID}
+	rec := hw.recorder
 	handlerStart := time.Now()
-	pv, panicked := runHandler(next, rec, r)
-	m.durations.observe(routeKey(r, ev.Scope), time.Since(handlerStart))
+	pv, panicked := runHandler(next, hw, r)
+	m.durations.observe(routeKey(r, tr.scope), time.Since(handlerStart))
 
 	if panicked {
 		if rec.streaming {
 			// The status and part of the body are out and the record says
 			// completed: all that is left is to cut the response short.
 			m.cfg.Logger.LogAttrs(reqCtx, slog.LevelError, "idemkit: handler panicked after its response started streaming",
-				scopeAttrs(ev.Scope, slog.Any("panic", pv))...)
-			panic(http.ErrAbortHandler)
+				scopeAttrs(tr.scope, slog.Any("panic", pv))...)
+			return answer{abort: true}
 		}
 		held.abandon(cleanup, r)
-		m.panicked(w, r, ev, pv)
-		return
+		return m.panicked(w, r, tr.scope, pv)
 	}
 	if !rec.wrote() && reqCtx.Err() != nil {
 		// The handler gave up on a client that is gone and answered nothing:
 		// no outcome to store. Storing an empty 200 would replay success to
 		// the retry; free the key so that the retry runs the handler.
 		held.abandon(cleanup, r)
-		m.canceledInHandler(w, r, ev, reqCtx.Err())
-		return
+		return m.canceledInHandler(w, r, tr.scope, reqCtx.Err())
 	}
 	if lost := held.lostErr(); lost != nil && !rec.wrote() {
 		// The handler stopped because its lease was lost: whatever it did
 		// is unknown, and the claim is (or will be) another attempt's, which
 		// is told so. Store nothing and release nothing.
 		held.end()
-		m.outcomeUnknown(w, r, ev, lost, "The request's claim was lost while it was being processed, so its outcome is unknown. Retry with the same Idempotency-Key: the retry reconciles and answers the outcome.")
-		return
+		return m.outcomeUnknown(w, r, tr.scope, lost, "The request's claim was lost while it was being processed, so its outcome is unknown. Retry with the same Idempotency-Key: the retry reconciles and answers the outcome.")
 	}
 	if !rec.wrote() {
 		// The handler returned without a WriteHeader or a Write through
@@ -105,51 +84,69 @@ func (m *Middleware) runHeld(w http.ResponseWriter, r *http.Request, reqCtx, cle
 		// Its effect happened; storing an empty 200 would replay a success
 		// that is not the handler's answer, and freeing the key would run
 		// it again. The record is completed with a final problem instead.
-		m.notCaptured(w, r, ev, held)
-		return
+		return m.notCaptured(w, r, tr, held)
 	}
 	status, _ := rec.result()
-	ev.Status = status
 	if rec.streaming {
-		ev.Outcome, ev.Err = OutcomeExecuted, finishErr // stored at the overflow
-		return
+		return answer{outcome: OutcomeExecuted, status: status, err: hw.finishErr} // stored at the overflow
 	}
-	if !m.stores(r, status) {
+	if !stores(r, status) {
 		held.abandon(cleanup, r)
-		ev.Outcome = OutcomeReleased
 		rec.send(nil)
-		return
+		return answer{outcome: OutcomeReleased, status: status}
 	}
-	if !finished {
-		finishErr = held.finish(cleanup, r, m.storedResponse(rec, rec.overflowed, ev.RequestID))
+	finishErr := hw.finishErr
+	if !hw.finished {
+		finishErr = held.finish(cleanup, r, rec.stored(m.replayHeaders, rec.overflowed, tr.requestID))
 	}
-	if finishErr != nil && held.answerFailure(w, r, rec, finishErr) {
-		return
+	if finishErr != nil {
+		if a, answered := held.answerFailure(w, r, rec, finishErr); answered {
+			return a
+		}
 	}
-	ev.Outcome, ev.Err = OutcomeExecuted, finishErr
 	rec.send(nil)
+	return answer{outcome: OutcomeExecuted, status: status, err: finishErr}
 }
 
-// The lease is the heldClaim of lease mode.
-
-func (l *lease) finish(ctx context.Context, r *http.Request, resp *StoredResponse) error {
-	return l.complete(ctx, r, resp)
+// heldWriter is the ResponseWriter a handler under a held claim writes to:
+// the recorder, whose overflow it acts on. The write that takes the body
+// past Config.MaxResponseBytes stores the outcome without the body (if the
+// status is one that is stored) and switches the recorder to streaming,
+// unless the claim's effect does not survive a failed finish.
+type heldWriter struct {
+	*recorder
+	r             *http.Request
+	ctx           context.Context // the request's, without its cancellation
+	held          heldClaim
+	replayHeaders map[string]bool
+	requestID     string
+	// finished is set when the overflow finished the claim, with
+	// finishErr what finish returned.
+	finished  bool
+	finishErr error
 }
 
-func (l *lease) abandon(ctx context.Context, r *http.Request) {
-	l.stop()
-	l.m.release(ctx, r, l.ev, l.token)
+// Write buffers p, or streams it; see heldWriter.
+func (hw *heldWriter) Write(p []byte) (int, error) {
+	n, overflow, err := hw.recorder.write(p)
+	if overflow && hw.finishAtOverflow() {
+		hw.recorder.stream()
+	}
+	return n, err
 }
 
-func (l *lease) effectSurvivesFailure() bool { return true }
-
-// answerFailure answers nothing: the handler's effect happened, and
-// complete has logged why its outcome could not be stored.
-func (l *lease) answerFailure(http.ResponseWriter, *http.Request, *recorder, error) bool {
-	return false
+// finishAtOverflow stores the outcome without the body, unless the status
+// is not stored (the claim will be abandoned: keep buffering), and reports
+// whether the rest of the body can stream.
+func (hw *heldWriter) finishAtOverflow() bool {
+	status, _ := hw.recorder.result()
+	if !stores(hw.r, status) {
+		return false
+	}
+	hw.finished = true
+	hw.finishErr = hw.held.finish(hw.ctx, hw.r, hw.recorder.stored(hw.replayHeaders, true, hw.requestID))
+	return hw.finishErr == nil || hw.held.effectSurvivesFailure()
 }
-
-func (l *lease) end() { l.stop() }
 
 // errResponseNotCaptured is the Event.Err of a request whose handler wrote
 // nothing through the middleware's writer.
@@ -171,18 +168,19 @@ func notCapturedResponse(requestID string) *StoredResponse {
 // error and marks the event. The first caller gets whatever the handler
 // left on the connection (net/http sends an empty 200 if nothing), and
 // every retry the response-not-captured problem.
-func (m *Middleware) notCaptured(w http.ResponseWriter, r *http.Request, ev *Event, held heldClaim) {
-	ev.ResponseNotCaptured = true
+func (m *Middleware) notCaptured(w http.ResponseWriter, r *http.Request, tr *trace, held heldClaim) answer {
 	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError,
 		"idemkit: the handler wrote nothing through the middleware's ResponseWriter; its outcome is stored as response-not-captured and is never run again for this key",
-		scopeAttrs(ev.Scope)...)
+		scopeAttrs(tr.scope)...)
 	rec := newRecorder(w, m.cfg.MaxResponseBytes) // empty: answerFailure may need one
-	if err := held.finish(context.WithoutCancel(r.Context()), r, notCapturedResponse(ev.RequestID)); err != nil && held.answerFailure(w, r, rec, err) {
-		return
-	} else if err != nil {
-		ev.Err = errors.Join(errResponseNotCaptured, err)
-	} else {
-		ev.Err = errResponseNotCaptured
+	a := answer{outcome: OutcomeExecuted, err: errResponseNotCaptured}
+	if err := held.finish(context.WithoutCancel(r.Context()), r, notCapturedResponse(tr.requestID)); err != nil {
+		if failed, answered := held.answerFailure(w, r, rec, err); answered {
+			a = failed
+		} else {
+			a.err = errors.Join(errResponseNotCaptured, err)
+		}
 	}
-	ev.Outcome = OutcomeExecuted
+	a.responseNotCaptured = true
+	return a
 }

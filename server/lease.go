@@ -53,10 +53,10 @@ type lease struct {
 	scope         Scope
 	token         int64
 	cancelHandler context.CancelCauseFunc
-	// ev is the request's event. Only the request's goroutine writes it
+	// tr is the request's trace. Only the request's goroutine writes it
 	// (complete, stop); the heartbeat counts into extendErrors and lost,
 	// which stop adds to it.
-	ev *Event
+	tr *trace
 
 	mu         sync.Mutex
 	heldUntil  time.Time
@@ -75,9 +75,9 @@ type lease struct {
 
 // startLease starts the heartbeat of the claim of scope with token, whose
 // claim call was sent at sent and granted res.LeaseDelay later.
-func (m *Middleware) startLease(ctx context.Context, ev *Event, res ClaimResult, sent time.Time, cancelHandler context.CancelCauseFunc) *lease {
+func (m *Middleware) startLease(ctx context.Context, tr *trace, res ClaimResult, sent time.Time, cancelHandler context.CancelCauseFunc) *lease {
 	l := &lease{
-		m: m, scope: ev.Scope, token: res.Token, cancelHandler: cancelHandler, ev: ev,
+		m: m, scope: tr.scope, token: res.Token, cancelHandler: cancelHandler, tr: tr,
 		heldUntil: heldUntil(sent, res.LeaseDelay, m.cfg.LeaseDuration),
 		lost:      make(chan struct{}),
 		stopCh:    make(chan struct{}),
@@ -231,9 +231,9 @@ func (l *lease) stop() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		for range l.extendErrors {
-			l.ev.StoreErrors = append(l.ev.StoreErrors, "extend_lease")
+			l.tr.storeError("extend_lease")
 		}
-		l.ev.LeaseLost += l.lostCount
+		l.tr.leaseLost += l.lostCount
 	})
 }
 
@@ -276,20 +276,20 @@ func (l *lease) complete(ctx context.Context, r *http.Request, resp *StoredRespo
 				scopeAttrs(l.scope, slog.Int64("token", l.token))...)
 			return nil
 		case errors.Is(err, ErrLeaseLost):
-			l.ev.LeaseLost++
+			l.tr.leaseLost++
 			m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn,
 				"idemkit: lease lost before completion; the response is sent but not stored (another attempt took the claim over)",
 				scopeAttrs(l.scope, slog.Int64("token", l.token))...)
 			return err
 		case !resp.BodyOmitted && errors.Is(err, ErrStoreFull):
-			l.ev.StoreErrors = append(l.ev.StoreErrors, "complete")
+			l.tr.storeError("complete")
 			m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn,
 				"idemkit: the store cannot take the response body; storing the outcome without it (a replay sends Idempotent-Response-Omitted)",
 				scopeAttrs(l.scope, slog.Int64("token", l.token), slog.Int("body_bytes", len(resp.Body)), slog.Any("error", err))...)
 			resp = withoutBody(resp)
 			continue
 		}
-		l.ev.StoreErrors = append(l.ev.StoreErrors, "complete")
+		l.tr.storeError("complete")
 		if time.Now().After(giveUp) {
 			m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError,
 				"idemkit: the store kept refusing the completion; giving up, the lease will lapse and the next attempt's outcome check must reconcile",
@@ -328,20 +328,14 @@ func withoutBody(resp *StoredResponse) *StoredResponse {
 	return &c
 }
 
-// attemptOf is the Attempt of an acquired claim.
-func attemptOf(res ClaimResult) Attempt {
-	a := Attempt{Token: res.Token}
-	if res.TakenOver {
-		a.PreviousOutcomeUnknown, a.PreviousToken = true, res.Token-1
-	}
-	return a
-}
-
 // serveLease runs a request in lease mode: the claim commits, with a
 // lease, before the handler runs.
-func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fps requestFingerprint, ev *Event) {
-	waiting := m.newWaitSession(ev)
-	for !m.serveLeaseOnce(w, r, next, scope, fps, ev, waiting) {
+func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next http.Handler, fps requestFingerprint, tr *trace) answer {
+	waiting := m.newWaitSession(tr)
+	for {
+		if a, answered := m.serveLeaseOnce(w, r, next, fps, tr, waiting); answered {
+			return a
+		}
 		// The in-flight original this request waited for is gone (released,
 		// or its lease lapsed): claim again, as a new request would.
 	}
@@ -350,11 +344,10 @@ func (m *Middleware) serveLease(w http.ResponseWriter, r *http.Request, next htt
 // serveLeaseOnce claims the scope once and answers the request, unless it
 // waited for an in-flight original that is gone and should claim again:
 // then it answers nothing and returns false.
-func (m *Middleware) serveLeaseOnce(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fps requestFingerprint, ev *Event, waiting *waitSession) (answered bool) {
-	ctx := r.Context()
+func (m *Middleware) serveLeaseOnce(w http.ResponseWriter, r *http.Request, next http.Handler, fps requestFingerprint, tr *trace, waiting *waitSession) (a answer, answered bool) {
+	ctx, scope := r.Context(), tr.scope
 	if err := ctx.Err(); err != nil {
-		m.storeFailure(w, r, ev, "claim", err)
-		return true
+		return m.storeFailure(w, r, scope, "claim", err), true
 	}
 	cleanup := context.WithoutCancel(ctx)
 	// The local deadline counts from t0, taken before the claim's time: the
@@ -373,8 +366,7 @@ func (m *Middleware) serveLeaseOnce(w http.ResponseWriter, r *http.Request, next
 		q, err := m.checkQuota(cleanup, scope, true)
 		if err != nil {
 			cancelClaim()
-			m.storeFailure(w, r, ev, "usage", err)
-			return true
+			return m.storeFailure(w, r, scope, "usage", err), true
 		}
 		quota = q
 		defer quota.done()
@@ -389,11 +381,10 @@ func (m *Middleware) serveLeaseOnce(w http.ResponseWriter, r *http.Request, next
 		res, err = m.store.Claim(claimCtx, req)
 	}
 	cancelClaim()
-	ev.ClaimDuration = time.Since(t0)
+	tr.claimDuration = time.Since(t0)
 	quota.done() // the claim, if any, is committed: usage reads see it
 	if err != nil {
-		m.storeFailure(w, r, ev, "claim", err)
-		return true
+		return m.storeFailure(w, r, scope, "claim", err), true
 	}
 	if !res.Acquired {
 		ex := res.Existing
@@ -401,43 +392,38 @@ func (m *Middleware) serveLeaseOnce(w http.ResponseWriter, r *http.Request, next
 			verdict, rec, err := waiting.await(ctx, m.leaseWaitCheck(scope, fps))
 			switch {
 			case err != nil:
-				m.storeFailure(w, r, ev, "get", err)
-				return true
+				return m.storeFailure(w, r, scope, "get", err), true
 			case verdict == waitClaim:
-				return false
+				return answer{}, false
 			case rec != nil:
 				ex = rec // completed (a replay), or the latest in-progress record (409)
 			}
 		}
-		m.answerExisting(w, r, ex, fps, ev)
-		return true
+		return m.answerExisting(w, r, ex, fps, tr), true
 	}
 	if quota.refuses(res) {
-		m.release(cleanup, r, ev, res.Token)
-		ev.Released = false // nothing of the request's ran
-		m.quotaExceeded(w, ev, quota)
-		return true
+		m.release(cleanup, r, tr, res.Token)
+		tr.released = false // nothing of the request's ran
+		return m.quotaExceeded(w, quota), true
 	}
 	if err := ctx.Err(); err != nil {
 		// Claimed for a client that is gone: free the key at once rather
 		// than holding it for a whole lease.
-		m.release(cleanup, r, ev, res.Token)
-		m.storeFailure(w, r, ev, "claim", err)
-		return true
+		m.release(cleanup, r, tr, res.Token)
+		return m.storeFailure(w, r, scope, "claim", err), true
 	}
-	m.acquired(ev, res)
+	tr.acquired(res)
 	hctx, cancelHandler := context.WithCancelCause(ctx)
 	defer cancelHandler(nil)
-	l := m.startLease(cleanup, ev, res, t0, cancelHandler)
+	l := m.startLease(cleanup, tr, res, t0, cancelHandler)
 	defer l.end()
-	m.runHeld(w, r.WithContext(context.WithValue(hctx, ctxKeyAttempt, attemptOf(res))), ctx, cleanup, next, l, ev)
-	return true
+	return m.runHeld(w, r.WithContext(context.WithValue(hctx, ctxKeyAttempt, attemptOf(res))), ctx, cleanup, next, l, tr), true
 }
 
 // release frees a lease-mode claim after a 5xx or a panic.
-func (m *Middleware) release(ctx context.Context, r *http.Request, ev *Event, token int64) {
-	scope := ev.Scope
-	ev.Released = true
+func (m *Middleware) release(ctx context.Context, r *http.Request, tr *trace, token int64) {
+	scope := tr.scope
+	tr.released = true
 	callCtx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
 	defer cancel()
 	err := m.store.Release(callCtx, scope, token)
@@ -445,10 +431,51 @@ func (m *Middleware) release(ctx context.Context, r *http.Request, ev *Event, to
 		return
 	}
 	if errors.Is(err, ErrLeaseLost) {
-		ev.LeaseLost++
+		tr.leaseLost++
 	} else {
-		ev.StoreErrors = append(ev.StoreErrors, "release")
+		tr.storeError("release")
 	}
 	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "idemkit: could not release the claim; a retry waits for the lease to end",
 		scopeAttrs(scope, slog.Int64("token", token), slog.Any("error", err))...)
 }
+
+// leaseWaitCheck is the waitCheck of lease mode, whose in-flight claims
+// are committed: a completed record (or one of another request) answers,
+// a released one or a lapsed lease is claimed again.
+func (m *Middleware) leaseWaitCheck(scope Scope, fps requestFingerprint) waitCheck {
+	return func(ctx context.Context) (waitVerdict, *Record, error) {
+		rec, err := m.getForWait(ctx, scope)
+		switch {
+		case errors.Is(err, ErrRecordNotFound):
+			return waitClaim, nil, nil
+		case err != nil:
+			return waitKeep, nil, err
+		case rec.State == StateCompleted || !fps.matches(rec):
+			return waitAnswer, rec, nil
+		case !rec.LockedUntil.After(m.now()):
+			return waitClaim, nil, nil // the claim takes the lapsed lease over
+		}
+		return waitKeep, rec, nil
+	}
+}
+
+// The lease is the heldClaim of lease mode.
+
+func (l *lease) finish(ctx context.Context, r *http.Request, resp *StoredResponse) error {
+	return l.complete(ctx, r, resp)
+}
+
+func (l *lease) abandon(ctx context.Context, r *http.Request) {
+	l.stop()
+	l.m.release(ctx, r, l.tr, l.token)
+}
+
+func (l *lease) effectSurvivesFailure() bool { return true }
+
+// answerFailure answers nothing: the handler's effect happened, and
+// complete has logged why its outcome could not be stored.
+func (l *lease) answerFailure(http.ResponseWriter, *http.Request, *recorder, error) (answer, bool) {
+	return answer{}, false
+}
+
+func (l *lease) end() { l.stop() }

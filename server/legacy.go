@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"strings"
 )
@@ -37,4 +39,26 @@ func LegacyPatternEndpoints(patterns ...string) func(r *http.Request) string {
 		}
 		return r.Method + " " + p
 	}
+}
+
+// answeredByLegacyRecord answers r from a live record stored under the
+// legacy endpoint scope (Config.LegacyEndpointFunc), if there is one, and
+// reports whether it did, with its answer.
+func (m *Middleware) answeredByLegacyRecord(w http.ResponseWriter, r *http.Request, fps requestFingerprint, tr *trace) (answer, bool) {
+	scope := tr.scope
+	legacy := scope
+	legacy.Endpoint = m.cfg.LegacyEndpointFunc(r)
+	if legacy.Endpoint == "" || legacy.Endpoint == scope.Endpoint || validScopePart("endpoint", legacy.Endpoint) != nil {
+		return answer{}, false
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), m.cfg.StoreTimeout)
+	defer cancel()
+	rec, err := m.store.Get(ctx, legacy, m.now())
+	switch {
+	case errors.Is(err, ErrRecordNotFound):
+		return answer{}, false
+	case err != nil:
+		return m.storeFailure(w, r, scope, "get_legacy", err), true
+	}
+	return m.answerExisting(w, r, rec, fps, tr), true
 }

@@ -17,6 +17,16 @@ import (
 	"github.com/idemkit/idemkit/internal/wire"
 )
 
+// The middleware's files depend one way. This file is the dispatcher: it
+// checks a keyed request and hands it to a mode (lease.go, tx.go), which
+// claims the scope, runs the handler under the held claim (held.go, with the
+// response captured by recorder.go) or waits for an in-flight original
+// (wait.go), and returns an answer. The modes and the dispatcher build on
+// small helpers that call neither back: answers (answer.go, replay.go,
+// problem.go), claims (claim.go), quotas (quota.go), the legacy lookup
+// (legacy.go), MarkNotStored (notstored.go). The Event is built once, from
+// the answer and the request's trace (eventOf), when the request is done.
+
 // Middleware makes unsafe requests idempotent: it claims each request's
 // (principal, endpoint, key) scope in a Store, runs the handler once, stores
 // its response and replays it to every retry within the window.
@@ -80,8 +90,6 @@ var neverStored = map[string]bool{
 	wire.HeaderReplayed: true, wire.HeaderOmitted: true, wire.HeaderWindow: true, "Retry-After": true,
 }
 
-func (m *Middleware) now() time.Time { return m.timeNowFunc() }
-
 // Wrap returns next protected by m. Requests with a safe method (GET, HEAD,
 // OPTIONS, TRACE) pass through untouched. Wrap the handler registered on an
 // http.ServeMux, not the mux, so that the default endpoint sees r.Pattern.
@@ -137,53 +145,54 @@ func (m *Middleware) endpoint(r *http.Request, route routeOptions) string {
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, route routeOptions) {
 	start := time.Now()
-	ev := Event{}
-	noEvent := false
-	defer func() {
-		// Runs on every return, and on the re-panic of http.ErrAbortHandler.
-		ev.Duration = time.Since(start)
-		if m.cfg.OnEventFunc != nil && !noEvent {
-			m.cfg.OnEventFunc(r, ev)
-		}
-	}()
-
 	key, keyErr := wire.ParseKey(r.Header.Values(HeaderKey))
 	if keyErr != nil && errors.Is(keyErr, errKeyMissing) && m.cfg.AllowMissingKey {
-		noEvent = true // not a keyed request
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r) // not a keyed request: no event
 		return
 	}
 	w.Header().Set(wire.HeaderWindow, m.window)
-	ev.RequestID = m.correlationID(r)
+	tr := &trace{requestID: m.correlationID(r)}
+	var a answer
+	defer func() {
+		// Runs on every return, and on a panic of a callback (then with
+		// what the trace holds so far).
+		if m.cfg.OnEventFunc != nil {
+			m.cfg.OnEventFunc(r, eventOf(tr, a, time.Since(start)))
+		}
+	}()
+	a = m.dispatch(w, r, next, route, key, keyErr, tr)
+	if a.abort {
+		// Once the event is out: net/http aborts the response.
+		panic(http.ErrAbortHandler)
+	}
+}
 
+// dispatch checks a keyed request, claims its scope in the configured mode
+// and answers it, noting in tr what befell it.
+func (m *Middleware) dispatch(w http.ResponseWriter, r *http.Request, next http.Handler, route routeOptions, key string, keyErr error, tr *trace) answer {
 	principal, err := m.cfg.PrincipalFunc(r)
 	if err == nil && principal == "" {
 		err = errors.New("PrincipalFunc returned an empty principal")
 	}
 	if err != nil {
-		ev.Err = fmt.Errorf("%w: %w", errUnauthenticated, err)
-		m.reject(w, &ev, http.StatusUnauthorized, wire.ProblemUnauthenticated, "The request has no authenticated principal, so its Idempotency-Key cannot be scoped.")
-		return
+		return reject(w, http.StatusUnauthorized, wire.ProblemUnauthenticated, "The request has no authenticated principal, so its Idempotency-Key cannot be scoped.",
+			fmt.Errorf("%w: %w", errUnauthenticated, err))
 	}
 	if err := validScopePart("principal", principal); err != nil {
-		ev.Err = fmt.Errorf("%w: %w: %w", errUnauthenticated, errScopeInvalid, err)
-		m.reject(w, &ev, http.StatusUnauthorized, wire.ProblemPrincipalInvalid,
-			fmt.Sprintf("The request's principal cannot scope an Idempotency-Key: it must be valid UTF-8 without control characters, at most %d bytes.", maxScopePartBytes))
-		return
+		return reject(w, http.StatusUnauthorized, wire.ProblemPrincipalInvalid,
+			fmt.Sprintf("The request's principal cannot scope an Idempotency-Key: it must be valid UTF-8 without control characters, at most %d bytes.", maxScopePartBytes),
+			fmt.Errorf("%w: %w: %w", errUnauthenticated, errScopeInvalid, err))
 	}
 	if keyErr != nil {
-		ev.Err = keyErr
 		if errors.Is(keyErr, errKeyMissing) {
-			m.reject(w, &ev, http.StatusBadRequest, wire.ProblemKeyMissing, "This operation requires an Idempotency-Key header; mint one key per intent (a UUIDv4) and resend it on every retry.")
-			return
+			return reject(w, http.StatusBadRequest, wire.ProblemKeyMissing, "This operation requires an Idempotency-Key header; mint one key per intent (a UUIDv4) and resend it on every retry.", keyErr)
 		}
 		detail := "The Idempotency-Key header is malformed."
 		var ke *wire.KeyError
 		if errors.As(keyErr, &ke) {
 			detail = "The Idempotency-Key header is malformed: " + ke.Reason + "."
 		}
-		m.reject(w, &ev, http.StatusBadRequest, wire.ProblemKeyInvalid, detail)
-		return
+		return reject(w, http.StatusBadRequest, wire.ProblemKeyInvalid, detail, keyErr)
 	}
 
 	limit := m.cfg.MaxFingerprintBytes
@@ -192,27 +201,25 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	body, err := readBody(r, limit)
 	if err != nil {
-		ev.Err = err
 		if errors.Is(err, errBodyTooLarge) {
-			m.reject(w, &ev, http.StatusRequestEntityTooLarge, wire.ProblemBodyTooLarge,
-				fmt.Sprintf("The request body is larger than %d bytes, the most this route accepts.", limit))
-			return
+			return reject(w, http.StatusRequestEntityTooLarge, wire.ProblemBodyTooLarge,
+				fmt.Sprintf("The request body is larger than %d bytes, the most this route accepts.", limit), err)
 		}
-		m.reject(w, &ev, http.StatusBadRequest, wire.ProblemBodyUnreadable, "The request body could not be read.")
-		return
+		return reject(w, http.StatusBadRequest, wire.ProblemBodyUnreadable, "The request body could not be read.", err)
 	}
 	scope := Scope{Principal: principal, Endpoint: m.endpoint(r, route), Key: key}
 	if err := validScopePart("endpoint", scope.Endpoint); err != nil {
-		ev.Err = fmt.Errorf("%w: %w", errScopeInvalid, err)
-		m.reject(w, &ev, http.StatusBadRequest, wire.ProblemEndpointInvalid,
-			fmt.Sprintf("The operation this request was routed to has no usable name: it must be valid UTF-8 without control characters, at most %d bytes.", maxScopePartBytes))
-		return
+		return reject(w, http.StatusBadRequest, wire.ProblemEndpointInvalid,
+			fmt.Sprintf("The operation this request was routed to has no usable name: it must be valid UTF-8 without control characters, at most %d bytes.", maxScopePartBytes),
+			fmt.Errorf("%w: %w", errScopeInvalid, err))
 	}
 	fps := fingerprintRequest(r, body)
-	ev.Scope = scope
+	tr.scope = scope
 
-	if m.cfg.LegacyEndpointFunc != nil && m.answeredByLegacyRecord(w, r, scope, fps, &ev) {
-		return
+	if m.cfg.LegacyEndpointFunc != nil {
+		if a, ok := m.answeredByLegacyRecord(w, r, fps, tr); ok {
+			return a
+		}
 	}
 
 	r = r.WithContext(context.WithValue(context.WithValue(r.Context(), ctxKeyScope, scope), ctxKeyNotStored, &notStoredMark{}))
@@ -221,10 +228,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 
 	if m.cfg.Mode == ModeTransactional {
-		m.serveTx(w, r, next, scope, fps, &ev)
-		return
+		return m.serveTx(w, r, next, fps, tr)
 	}
-	m.serveLease(w, r, next, scope, fps, &ev)
+	return m.serveLease(w, r, next, fps, tr)
 }
 
 // readBody reads at most limit bytes of r.Body. It returns errBodyTooLarge if
@@ -254,37 +260,6 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	return body, nil
 }
 
-func (m *Middleware) reject(w http.ResponseWriter, ev *Event, status int, slug, detail string) {
-	ev.Outcome, ev.Status = OutcomeRejected, status
-	writeProblem(w, status, slug, detail, 0)
-}
-
-func (m *Middleware) claimRequest(scope Scope, fps requestFingerprint, hold time.Duration) ClaimRequest {
-	now := m.now()
-	fp, version := fps.current()
-	return ClaimRequest{
-		Scope:              scope,
-		Fingerprint:        fp,
-		FingerprintVersion: version,
-		Now:                now,
-		ExpiresAt:          now.Add(m.cfg.Window),
-		LockedUntil:        now.Add(hold),
-	}
-}
-
-// outcomeUnknown answers a request whose result may or may not have been
-// applied or stored: 503 outcome-unknown, retry with the same key.
-func (m *Middleware) outcomeUnknown(w http.ResponseWriter, r *http.Request, ev *Event, err error, detail string) {
-	ev.Outcome, ev.Status, ev.Err = OutcomeUnknown, http.StatusServiceUnavailable, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
-	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idemkit: outcome unknown; answered outcome-unknown",
-		scopeAttrs(ev.Scope, slog.Any("error", err))...)
-	writeProblem(w, http.StatusServiceUnavailable, wire.ProblemOutcomeUnknown, detail, 1)
-}
-
-func (m *Middleware) acquired(ev *Event, res ClaimResult) {
-	ev.Token, ev.TakenOver = res.Token, res.TakenOver
-}
-
 // runHandler runs next and recovers a panic.
 func runHandler(next http.Handler, w http.ResponseWriter, r *http.Request) (pv any, panicked bool) {
 	panicked = true
@@ -295,115 +270,4 @@ func runHandler(next http.Handler, w http.ResponseWriter, r *http.Request) (pv a
 	}()
 	next.ServeHTTP(w, r)
 	return nil, false
-}
-
-// panicked answers a recovered panic with a 500 problem, or re-panics
-// http.ErrAbortHandler so that net/http aborts the response.
-func (m *Middleware) panicked(w http.ResponseWriter, r *http.Request, ev *Event, pv any) {
-	ev.Outcome, ev.Status = OutcomeReleased, http.StatusInternalServerError
-	if pv == http.ErrAbortHandler { //nolint:errorlint // the sentinel is panicked with as is
-		ev.Err = http.ErrAbortHandler
-		panic(pv)
-	}
-	ev.Err = fmt.Errorf("idemkit/server: handler panicked: %v", pv)
-	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idemkit: handler panicked; claim released",
-		scopeAttrs(ev.Scope, slog.Any("panic", pv))...)
-	writeProblem(w, http.StatusInternalServerError, wire.ProblemHandlerPanic, "The server failed while handling the request; nothing was stored. Retry with the same Idempotency-Key.", 0)
-}
-
-// canceledInHandler answers a request whose handler returned without
-// writing anything after the request's context ended; the claim has been
-// released or rolled back.
-func (m *Middleware) canceledInHandler(w http.ResponseWriter, r *http.Request, ev *Event, err error) {
-	ev.Outcome, ev.Status, ev.Err = OutcomeCanceled, http.StatusServiceUnavailable, err
-	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelDebug, "idemkit: handler answered nothing to a canceled request; claim released",
-		scopeAttrs(ev.Scope, slog.Any("error", err))...)
-	writeProblem(w, http.StatusServiceUnavailable, wire.ProblemCanceled,
-		detailCanceled, 1)
-}
-
-// answerExisting answers a request whose claim found a live record.
-func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, ex *Record, fps requestFingerprint, ev *Event) {
-	if ex == nil {
-		m.storeFailure(w, r, ev, "claim", errors.New("idemkit/server: store returned no record for an unacquired claim"))
-		return
-	}
-	if !fps.matches(ex) {
-		ev.Outcome, ev.Status, ev.Err = OutcomeMismatch, http.StatusUnprocessableEntity, errFingerprintMismatch
-		writeProblem(w, http.StatusUnprocessableEntity, wire.ProblemKeyReused,
-			"This Idempotency-Key was already used for a different request (method, path or body). Use a new key for a new request.", 0)
-		return
-	}
-	if ex.State == StateCompleted {
-		if ex.Response == nil {
-			m.storeFailure(w, r, ev, "claim", errors.New("idemkit/server: completed record has no response"))
-			return
-		}
-		m.replay(w, r, ex, ev)
-		return
-	}
-	ev.Outcome, ev.Status, ev.Err = OutcomeConflict, http.StatusConflict, ErrInFlight
-	writeProblem(w, http.StatusConflict, wire.ProblemInFlight,
-		detailInFlight, m.inFlightRetryAfter(r, ev.Scope, ex))
-}
-
-// storedResponse is what gets stored for rec: the status, the allowlisted
-// headers and the body, or no body when omit is true, and the request's
-// correlation id requestID, if any, in the reserved header entry.
-func (m *Middleware) storedResponse(rec *recorder, omit bool, requestID string) *StoredResponse {
-	status, h := rec.result()
-	stored := make(http.Header)
-	for k, v := range h {
-		if m.replayHeaders[http.CanonicalHeaderKey(k)] && len(v) > 0 {
-			stored[http.CanonicalHeaderKey(k)] = append([]string(nil), v...)
-		}
-	}
-	resp := &StoredResponse{Status: status, Header: withRequestID(stored, requestID), BodyOmitted: omit}
-	if !omit {
-		resp.Body = bytes.Clone(rec.body.Bytes())
-		if resp.Body == nil {
-			resp.Body = []byte{}
-		}
-	}
-	return resp
-}
-
-// storeFailure answers a store error before the handler ran.
-func (m *Middleware) storeFailure(w http.ResponseWriter, r *http.Request, ev *Event, op string, err error) {
-	ev.Err = err
-	if ctxErr := r.Context().Err(); ctxErr != nil && errors.Is(err, ctxErr) {
-		// The client went away (or a server timeout fired) while the store
-		// call waited: not a store failure, and nothing to page anyone for.
-		ev.Outcome, ev.Status = OutcomeCanceled, http.StatusServiceUnavailable
-		writeProblem(w, http.StatusServiceUnavailable, wire.ProblemCanceled,
-			detailCanceled, 1)
-		m.cfg.Logger.LogAttrs(r.Context(), slog.LevelDebug, "idemkit: request canceled before its claim",
-			scopeAttrs(ev.Scope, slog.String("op", op), slog.Any("error", err))...)
-		return
-	}
-	switch {
-	case errors.Is(err, ErrInFlight):
-		ev.Outcome, ev.Status = OutcomeConflict, http.StatusConflict
-		writeProblem(w, http.StatusConflict, wire.ProblemInFlight,
-			detailInFlight, 1)
-		return
-	case errors.Is(err, ErrStoreBusy):
-		ev.StoreErrors = append(ev.StoreErrors, op)
-		ev.Outcome, ev.Status = OutcomeStoreError, http.StatusServiceUnavailable
-		writeProblem(w, http.StatusServiceUnavailable, wire.ProblemStoreBusy,
-			"The idempotency store is busy; the request was not processed. Retry with the same Idempotency-Key.", 1)
-	default:
-		ev.StoreErrors = append(ev.StoreErrors, op)
-		ev.Outcome, ev.Status = OutcomeStoreError, http.StatusServiceUnavailable
-		writeProblem(w, http.StatusServiceUnavailable, wire.ProblemStoreUnavailable,
-			"The idempotency store is unavailable; the request was not processed. Retry with the same Idempotency-Key.", 1)
-	}
-	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "idemkit: store error; request not processed",
-		scopeAttrs(ev.Scope, slog.String("op", op), slog.Any("error", err))...)
-}
-
-func scopeAttrs(s Scope, extra ...slog.Attr) []slog.Attr {
-	return append([]slog.Attr{
-		slog.String("principal", s.Principal), slog.String("endpoint", s.Endpoint), slog.String("key", s.Key),
-	}, extra...)
 }

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"sync/atomic"
 )
@@ -38,33 +37,10 @@ func MarkNotStored(ctx context.Context) {
 // stores reports whether a response with status, written for r, is stored:
 // every status below 500 except notStoredStatuses, unless the handler
 // called MarkNotStored.
-func (m *Middleware) stores(r *http.Request, status int) bool {
+func stores(r *http.Request, status int) bool {
 	if status >= 500 || notStoredStatuses[status] {
 		return false
 	}
 	mark, ok := r.Context().Value(ctxKeyNotStored).(*notStoredMark)
 	return !ok || !mark.set.Load()
-}
-
-// answeredByLegacyRecord answers r from a live record stored under the
-// legacy endpoint scope (Config.LegacyEndpointFunc), if there is one, and
-// reports whether it did.
-func (m *Middleware) answeredByLegacyRecord(w http.ResponseWriter, r *http.Request, scope Scope, fps requestFingerprint, ev *Event) bool {
-	legacy := scope
-	legacy.Endpoint = m.cfg.LegacyEndpointFunc(r)
-	if legacy.Endpoint == "" || legacy.Endpoint == scope.Endpoint || validScopePart("endpoint", legacy.Endpoint) != nil {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), m.cfg.StoreTimeout)
-	defer cancel()
-	rec, err := m.store.Get(ctx, legacy, m.now())
-	switch {
-	case errors.Is(err, ErrRecordNotFound):
-		return false
-	case err != nil:
-		m.storeFailure(w, r, ev, "get_legacy", err)
-		return true
-	}
-	m.answerExisting(w, r, rec, fps, ev)
-	return true
 }

@@ -190,10 +190,9 @@ func (q *quotaCheck) refuses(res ClaimResult) bool {
 
 // quotaExceeded answers a new key refused by a quota: 429 quota-exceeded
 // with Retry-After. The key's claim has been freed: nothing is stored.
-func (m *Middleware) quotaExceeded(w http.ResponseWriter, ev *Event, q *quotaCheck) {
-	ev.StoreErrors = append(ev.StoreErrors, "quota")
-	ev.Outcome, ev.Status = OutcomeRejected, http.StatusTooManyRequests
-	ev.Err = fmt.Errorf("%w: %d live keys, %d stored bytes", errQuotaExceeded, q.usage.Keys, q.usage.StoredBytes)
+func (m *Middleware) quotaExceeded(w http.ResponseWriter, q *quotaCheck) answer {
 	writeProblem(w, http.StatusTooManyRequests, wire.ProblemQuotaExceeded,
 		"This account holds as many idempotency keys or stored responses as the server keeps for it. Retries of keys already used still replay; new keys are accepted again after Retry-After.", q.retry)
+	return answer{outcome: OutcomeRejected, status: http.StatusTooManyRequests, storeErr: "quota",
+		err: fmt.Errorf("%w: %d live keys, %d stored bytes", errQuotaExceeded, q.usage.Keys, q.usage.StoredBytes)}
 }

@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -51,76 +50,11 @@ func TestQuota_PrincipalStoredBytesBounded(t *testing.T) {
 	})
 }
 
-// A route's own body limit bounds what the middleware reads and
-// fingerprints, below the global limit.
-func TestLimitBody_RouteLimitBoundsFingerprint(t *testing.T) {
-	t.Parallel()
-	b := mwSetup(t, mwSQLite, server.ModeLease, nil)
-	mux := http.NewServeMux()
-	mux.Handle("POST /small", b.mw.Wrap(server.LimitBody(http.HandlerFunc(b.payments), 64)))
-	mux.Handle("POST /named", server.LimitBody(b.mw.Wrap(server.Operation(http.HandlerFunc(b.payments), "named")), 64))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	b.srv = srv
-	for _, path := range []string{"/small", "/named"} {
-		b.do(t, mwReq{path: path, principal: "alice", keys: []string{"k" + path}, body: strings.Repeat(" ", 65) + "{}"}).
-			requireProblem(t, http.StatusRequestEntityTooLarge, wire.ProblemBodyTooLarge)
-		require.Equal(t, http.StatusCreated, b.do(t, mwReq{path: path, principal: "alice", keys: []string{"k" + path}, body: "{}"}).Status)
-	}
-	require.Equal(t, "named", b.eventsCopy()[3].Scope.Endpoint, "Operation and LimitBody compose")
-	require.Zero(t, b.count(t, "SELECT count(*) FROM idempotency_keys WHERE key = 'k/small' AND state != 'completed'"))
-}
-
 func TestNew_QuotasNeedPrincipalUsage(t *testing.T) {
 	t.Parallel()
 	s := mwNewStore(t, mwSQLite)
 	_, err := server.New(struct{ server.Store }{s.store}, &server.Config{PrincipalFunc: mwPrincipal, MaxKeysPerPrincipal: 1})
 	require.ErrorContains(t, err, "PrincipalUsage")
-}
-
-// Transactional mode holds at most MaxResponseBytes of a response: once the
-// body outgrows the cap the outcome (without the body) commits and the rest
-// streams, instead of buffering the whole body until the end.
-func TestTransactional_LargeResponseCommitsAtCap(t *testing.T) {
-	t.Parallel()
-	forEachStore(t, func(t *testing.T, kind string) {
-		b := mwSetup(t, kind, server.ModeTransactional, func(c *server.Config) { c.MaxResponseBytes = 1 << 10 })
-		stateAfterCap := make(chan server.State, 1)
-		mux := http.NewServeMux()
-		mux.Handle("POST /export", b.mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			b.runs.Add(1)
-			if err := b.insertEffect(r, "export"); err != nil {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-				return
-			}
-			w.WriteHeader(http.StatusOK)
-			chunk := strings.Repeat("y", 512)
-			for range 4 {
-				_, _ = w.Write([]byte(chunk))
-			}
-			sc, _ := server.ScopeFromContext(r.Context())
-			rec, err := b.store.Get(r.Context(), sc, b.clock.Now())
-			if err != nil {
-				stateAfterCap <- ""
-			} else {
-				stateAfterCap <- rec.State
-			}
-			for range 60 {
-				_, _ = w.Write([]byte(chunk))
-			}
-		})))
-		srv := httptest.NewServer(mux)
-		t.Cleanup(srv.Close)
-		b.srv = srv
-		res := b.do(t, mwReq{path: "/export", principal: "alice", keys: []string{"x"}, body: mwBody})
-		require.Equal(t, http.StatusOK, res.Status)
-		require.Len(t, res.Body, 64*512)
-		require.Equal(t, server.StateCompleted, <-stateAfterCap, "committed once the body passed the cap")
-		again := b.do(t, mwReq{path: "/export", principal: "alice", keys: []string{"x"}, body: mwBody})
-		require.Equal(t, "true", again.Header.Get(wire.HeaderOmitted))
-		require.Equal(t, 1, b.count(t, mwCountEffects))
-		require.EqualValues(t, 1, b.runs.Load())
-	})
 }
 
 // A key that exists is never answered quota-exceeded: with the principal

@@ -12,21 +12,21 @@ import (
 // before the middleware has stored (lease mode) or committed (transactional
 // mode) the outcome.
 //
-// Flush is a no-op while the response is buffered. Once the body grows past
-// limit, overflowFunc (if set) is called once; if it returns true the recorder
-// sends what it has and streams the rest straight to the client, where Flush
-// then works as usual. Hijack is refused: a hijacked connection cannot be
-// replayed.
+// Flush is a no-op while the response is buffered. The recorder calls
+// nothing back: the one write that takes the body past limit reports the
+// overflow as a value (write), and its caller decides whether the recorder
+// keeps buffering or sends what it has and streams the rest straight to the
+// client (stream), where Flush then works as usual. Hijack is refused: a
+// hijacked connection cannot be replayed.
 type recorder struct {
-	w            http.ResponseWriter
-	header       http.Header
-	sent         http.Header // header as of WriteHeader
-	status       int
-	body         bytes.Buffer
-	limit        int
-	overflowed   bool
-	streaming    bool
-	overflowFunc func() bool
+	w          http.ResponseWriter
+	header     http.Header
+	sent       http.Header // header as of WriteHeader
+	status     int
+	body       bytes.Buffer
+	limit      int
+	overflowed bool
+	streaming  bool
 }
 
 func newRecorder(w http.ResponseWriter, limit int) *recorder {
@@ -48,23 +48,41 @@ func (rec *recorder) WriteHeader(code int) {
 	rec.sent = rec.header.Clone()
 }
 
-// Write buffers p, or streams it once the recorder has switched to streaming.
+// Write buffers p, or streams it once the recorder has switched to
+// streaming. A body past the limit stays buffered; a caller that may stream
+// writes through write instead.
 func (rec *recorder) Write(p []byte) (int, error) {
+	n, _, err := rec.write(p)
+	return n, err
+}
+
+// write is Write that also reports overflow: true on the one write that
+// took the buffered body past the limit (and never again). The caller then
+// either lets the recorder keep buffering, or calls stream.
+func (rec *recorder) write(p []byte) (n int, overflow bool, err error) {
 	if rec.status == 0 {
 		rec.WriteHeader(http.StatusOK)
 	}
 	if rec.streaming {
-		return rec.w.Write(p)
+		n, err = rec.w.Write(p)
+		return n, false, err
 	}
 	rec.body.Write(p)
 	if !rec.overflowed && rec.body.Len() > rec.limit {
 		rec.overflowed = true
-		if rec.overflowFunc != nil && rec.overflowFunc() {
-			rec.sendHeaderAndBody(nil)
-			rec.streaming = true
-		}
+		return len(p), true, nil
 	}
-	return len(p), nil
+	return len(p), false, nil
+}
+
+// stream sends the buffered response to the client and streams every later
+// write straight to it.
+func (rec *recorder) stream() {
+	if rec.streaming {
+		return
+	}
+	rec.sendHeaderAndBody(nil)
+	rec.streaming = true
 }
 
 // sniff sets Content-Type from the first 512 bytes of the buffered body when
@@ -149,6 +167,27 @@ func (rec *recorder) send(extra http.Header) {
 		return
 	}
 	rec.sendHeaderAndBody(extra)
+}
+
+// stored is what gets stored of the recorded response: the status, the
+// headers named in replayHeaders (canonical names) and the body, or no body when omit is true, and the request's
+// correlation id requestID, if any, in the reserved header entry.
+func (rec *recorder) stored(replayHeaders map[string]bool, omit bool, requestID string) *StoredResponse {
+	status, h := rec.result()
+	stored := make(http.Header)
+	for k, v := range h {
+		if replayHeaders[http.CanonicalHeaderKey(k)] && len(v) > 0 {
+			stored[http.CanonicalHeaderKey(k)] = append([]string(nil), v...)
+		}
+	}
+	resp := &StoredResponse{Status: status, Header: withRequestID(stored, requestID), BodyOmitted: omit}
+	if !omit {
+		resp.Body = bytes.Clone(rec.body.Bytes())
+		if resp.Body == nil {
+			resp.Body = []byte{}
+		}
+	}
+	return resp
 }
 
 func bodyAllowed(status int) bool {

@@ -57,14 +57,20 @@ func TestRecorder_OverflowStreams(t *testing.T) {
 	w := httptest.NewRecorder()
 	rec := newRecorder(w, 4)
 	calls := 0
-	rec.overflowFunc = func() bool { calls++; return true }
-	_, _ = io.WriteString(rec, "abc")
+	write := func(s string) {
+		if _, overflow, _ := rec.write([]byte(s)); overflow {
+			calls++
+			rec.stream()
+		}
+	}
+	write("abc")
 	require.Zero(t, w.Body.Len())
-	_, _ = io.WriteString(rec, "def")
+	write("def")
 	require.Equal(t, 1, calls)
 	require.True(t, rec.streaming)
 	require.Equal(t, "abcdef", w.Body.String(), "the buffer is sent once the cap is passed")
-	_, _ = io.WriteString(rec, "ghi")
+	write("ghi")
+	require.Equal(t, 1, calls, "overflow is reported once")
 	require.NoError(t, http.NewResponseController(rec).Flush())
 	require.True(t, w.Flushed, "Flush reaches the client once streaming")
 	require.Equal(t, "abcdefghi", w.Body.String())
@@ -77,13 +83,15 @@ func TestRecorder_OverflowKeepsBuffering(t *testing.T) {
 	t.Parallel()
 	w := httptest.NewRecorder()
 	rec := newRecorder(w, 4)
-	rec.overflowFunc = func() bool { return false }
-	_, _ = io.WriteString(rec, strings.Repeat("x", 10))
+	_, overflow, _ := rec.write([]byte(strings.Repeat("x", 10)))
+	require.True(t, overflow, "the write past the cap reports it")
+	_, overflow, _ = rec.write([]byte("y"))
+	require.False(t, overflow, "once")
 	require.True(t, rec.overflowed)
 	require.False(t, rec.streaming)
 	require.Zero(t, w.Body.Len())
 	rec.send(nil)
-	require.Equal(t, 10, w.Body.Len())
+	require.Equal(t, 11, w.Body.Len())
 }
 
 func TestRecorder_ResponseController(t *testing.T) {

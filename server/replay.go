@@ -37,19 +37,17 @@ const detailReplayForbidden = "The request with this Idempotency-Key was already
 
 // replay sends the stored response of ex, a completed record, unless
 // Config.AuthorizeReplayFunc refuses it.
-func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, ex *Record, ev *Event) {
+func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, ex *Record, tr *trace) answer {
 	resp := ex.Response
 	header, original := takeRequestID(resp.Header)
-	ev.OriginalRequestID = original
 	if f := m.cfg.AuthorizeReplayFunc; f != nil {
 		err := f(r, Replay{Scope: ex.Scope, Status: resp.Status, CreatedAt: ex.CreatedAt, OriginalRequestID: original})
 		if err != nil {
-			ev.Outcome, ev.Status, ev.Err = OutcomeReplayRefused, http.StatusForbidden, fmt.Errorf("%w: %w", errReplayForbidden, err)
 			m.cfg.Logger.LogAttrs(r.Context(), slog.LevelInfo, "idemkit: replay refused by AuthorizeReplayFunc",
-				scopeAttrs(ev.Scope, slog.Int("stored_status", resp.Status), slog.String("request_id", ev.RequestID),
+				scopeAttrs(tr.scope, slog.Int("stored_status", resp.Status), slog.String("request_id", tr.requestID),
 					slog.String("original_request_id", original), slog.Any("error", err))...)
 			writeProblem(w, http.StatusForbidden, wire.ProblemReplayForbidden, detailReplayForbidden, 0)
-			return
+			return answer{outcome: OutcomeReplayRefused, status: http.StatusForbidden, err: fmt.Errorf("%w: %w", errReplayForbidden, err), originalRequestID: original}
 		}
 	}
 	h := w.Header()
@@ -66,12 +64,12 @@ func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, ex *Record, 
 	if bodyAllowed(resp.Status) {
 		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
 	}
-	ev.Outcome, ev.Status = OutcomeReplayed, resp.Status
 	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelInfo, "idemkit: replayed the stored response",
-		scopeAttrs(ev.Scope, slog.Int("status", resp.Status), slog.String("request_id", ev.RequestID),
-			slog.String("original_request_id", original), slog.Duration("waited", ev.Waited))...)
+		scopeAttrs(tr.scope, slog.Int("status", resp.Status), slog.String("request_id", tr.requestID),
+			slog.String("original_request_id", original), slog.Duration("waited", tr.waited))...)
 	w.WriteHeader(resp.Status)
 	if bodyAllowed(resp.Status) && !resp.BodyOmitted {
 		_, _ = w.Write(resp.Body)
 	}
+	return answer{outcome: OutcomeReplayed, status: resp.Status, originalRequestID: original}
 }

@@ -69,13 +69,6 @@ func TestScope_InvalidPrincipalOrEndpointRejectedBeforeStore(t *testing.T) {
 	})
 }
 
-func TestOperation_InvalidNamePanics(t *testing.T) {
-	t.Parallel()
-	for _, name := range []string{"", "*", "a\x00b", "\xff"} {
-		require.Panics(t, func() { server.Operation(http.NotFoundHandler(), name) }, "name %q", name)
-	}
-}
-
 // Transient statuses (408, 409, 425, 429), 404/405 and responses the
 // handler marks with MarkNotStored are sent but not stored: the retry runs
 // the handler again instead of replaying the refusal.

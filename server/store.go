@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"log/slog"
 	"net/http"
 	"time"
 )
@@ -192,4 +193,10 @@ type StoreTx interface {
 	// pgx.Tx for pgstore.Store, a *sql.Tx for sqlitestore.Store; handlers
 	// reach it with the driver package's Tx(ctx), or TxHandle.
 	Handle() any
+}
+
+func scopeAttrs(s Scope, extra ...slog.Attr) []slog.Attr {
+	return append([]slog.Attr{
+		slog.String("principal", s.Principal), slog.String("endpoint", s.Endpoint), slog.String("key", s.Key),
+	}, extra...)
 }

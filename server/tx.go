@@ -12,9 +12,12 @@ import (
 
 // serveTx runs a request in transactional mode: the claim, the handler's
 // effect and the stored response commit in one transaction.
-func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fps requestFingerprint, ev *Event) {
-	waiting := m.newWaitSession(ev)
-	for !m.serveTxOnce(w, r, next, scope, fps, ev, waiting) {
+func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.Handler, fps requestFingerprint, tr *trace) answer {
+	waiting := m.newWaitSession(tr)
+	for {
+		if a, answered := m.serveTxOnce(w, r, next, fps, tr, waiting); answered {
+			return a
+		}
 		// The in-flight original this request waited for rolled back:
 		// claim again, as a new request would.
 	}
@@ -24,8 +27,8 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 // waited for an in-flight original that rolled back and should claim
 // again: then it answers nothing and returns false. Its transaction is
 // rolled back before it waits.
-func (m *Middleware) serveTxOnce(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, fps requestFingerprint, ev *Event, waiting *waitSession) (answered bool) {
-	ctx := r.Context()
+func (m *Middleware) serveTxOnce(w http.ResponseWriter, r *http.Request, next http.Handler, fps requestFingerprint, tr *trace, waiting *waitSession) (a answer, answered bool) {
+	ctx, scope := r.Context(), tr.scope
 	// Fast path for replays: a completed record never changes until it
 	// expires, so a plain read answers a duplicate without a transaction (and,
 	// on SQLite, without waiting for the single writer). Absence proves
@@ -37,8 +40,7 @@ func (m *Middleware) serveTxOnce(w http.ResponseWriter, r *http.Request, next ht
 		existing, err := m.store.Get(getCtx, scope, m.now())
 		cancelGet()
 		if err == nil && existing.State == StateCompleted {
-			m.answerExisting(w, r, existing, fps, ev)
-			return true
+			return m.answerExisting(w, r, existing, fps, tr), true
 		}
 	}
 	// Under the quotas, a key is checked before its claim; a key that
@@ -49,8 +51,7 @@ func (m *Middleware) serveTxOnce(w http.ResponseWriter, r *http.Request, next ht
 	if m.quotasOn() {
 		q, err := m.checkQuota(ctx, scope, false)
 		if err != nil {
-			m.storeFailure(w, r, ev, "usage", err)
-			return true
+			return m.storeFailure(w, r, scope, "usage", err), true
 		}
 		quota = q
 		defer quota.done()
@@ -62,14 +63,13 @@ func (m *Middleware) serveTxOnce(w http.ResponseWriter, r *http.Request, next ht
 	tx, err := m.store.BeginTx(callCtx, m.cfg.LockTimeout)
 	if err != nil {
 		cancelCall()
-		m.storeFailure(w, r, ev, "begin", err)
-		return true
+		return m.storeFailure(w, r, scope, "begin", err), true
 	}
 	req := m.claimRequest(scope, fps, m.cfg.LockTimeout)
 	t0 := time.Now()
 	res, err := tx.Claim(callCtx, req)
 	cancelCall()
-	ev.ClaimDuration = time.Since(t0)
+	tr.claimDuration = time.Since(t0)
 	if err != nil || !res.Acquired {
 		// Nothing of this request's is in the transaction (on pgstore, a
 		// replay has not even begun one).
@@ -83,35 +83,29 @@ func (m *Middleware) serveTxOnce(w http.ResponseWriter, r *http.Request, next ht
 			verdict, rec, waitErr := waiting.await(ctx, m.txWaitCheck(scope, fps))
 			switch {
 			case waitErr != nil:
-				m.storeFailure(w, r, ev, "get", waitErr)
-				return true
+				return m.storeFailure(w, r, scope, "get", waitErr), true
 			case verdict == waitClaim:
-				return false
+				return answer{}, false
 			case verdict == waitAnswer:
-				m.answerExisting(w, r, rec, fps, ev)
-				return true
+				return m.answerExisting(w, r, rec, fps, tr), true
 			}
 		}
 		if err != nil {
-			m.storeFailure(w, r, ev, "claim", err)
-			return true
+			return m.storeFailure(w, r, scope, "claim", err), true
 		}
-		m.answerExisting(w, r, ex, fps, ev)
-		return true
+		return m.answerExisting(w, r, ex, fps, tr), true
 	}
 	cleanup := context.WithoutCancel(ctx)
 	if quota.refuses(res) {
 		m.rollback(cleanup, tx, scope)
-		m.quotaExceeded(w, ev, quota)
-		return true
+		return m.quotaExceeded(w, quota), true
 	}
-	t := &txClaim{m: m, ctx: cleanup, tx: tx, ev: ev}
+	t := &txClaim{m: m, ctx: cleanup, tx: tx, tr: tr}
 	defer t.end() // a no-op after Commit or Rollback
-	m.acquired(ev, res)
+	tr.acquired(res)
 	t.token = res.Token
 	hctx := context.WithValue(context.WithValue(ctx, ctxKeyTx, tx.Handle()), ctxKeyAttempt, attemptOf(res))
-	m.runHeld(w, r.WithContext(hctx), ctx, cleanup, next, t, ev)
-	return true
+	return m.runHeld(w, r.WithContext(hctx), ctx, cleanup, next, t, tr), true
 }
 
 // txClaimReader is a Store whose StoreTx.Claim, first in its transaction,
@@ -127,7 +121,7 @@ type txClaimReader interface {
 // the handler's response is sent. Otherwise the answer is outcome-unknown,
 // never "nothing was applied": the commit may still have happened, and a
 // retry with the same key replays it if so.
-func (m *Middleware) commitUnknown(w http.ResponseWriter, r *http.Request, rec *recorder, scope Scope, token int64, ev *Event, err error) {
+func (m *Middleware) commitUnknown(w http.ResponseWriter, r *http.Request, rec *recorder, scope Scope, token int64, err error) answer {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), m.cfg.StoreTimeout)
 	defer cancel()
 	stored, getErr := m.store.Get(ctx, scope, m.now())
@@ -135,11 +129,10 @@ func (m *Middleware) commitUnknown(w http.ResponseWriter, r *http.Request, rec *
 		m.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "idemkit: the COMMIT's answer was lost, but the record shows it committed",
 			scopeAttrs(scope, slog.Any("error", err))...)
 		status, _ := rec.result()
-		ev.Outcome, ev.Status = OutcomeExecuted, status
 		rec.send(nil)
-		return
+		return answer{outcome: OutcomeExecuted, status: status}
 	}
-	m.outcomeUnknown(w, r, ev, errors.Join(err, getErr),
+	return m.outcomeUnknown(w, r, scope, errors.Join(err, getErr),
 		"The result was sent to the database but its confirmation was lost, so it may or may not have been applied. Retry with the same Idempotency-Key: a retry replays the result if it was applied.")
 }
 
@@ -149,7 +142,7 @@ type txClaim struct {
 	m     *Middleware
 	ctx   context.Context // the request's, without its cancellation
 	tx    StoreTx
-	ev    *Event
+	tr    *trace
 	token int64
 	op    string // the store call finish failed at
 }
@@ -158,7 +151,7 @@ func (t *txClaim) finish(ctx context.Context, _ *http.Request, resp *StoredRespo
 	callCtx, cancel := context.WithTimeout(ctx, t.m.cfg.StoreTimeout)
 	defer cancel()
 	t.op = "complete"
-	if err := t.tx.Complete(callCtx, t.ev.Scope, t.token, t.m.now(), resp); err != nil {
+	if err := t.tx.Complete(callCtx, t.tr.scope, t.token, t.m.now(), resp); err != nil {
 		return err
 	}
 	t.op = "commit"
@@ -167,7 +160,7 @@ func (t *txClaim) finish(ctx context.Context, _ *http.Request, resp *StoredRespo
 
 func (t *txClaim) abandon(context.Context, *http.Request) {
 	t.end()
-	t.ev.Released = true
+	t.tr.released = true
 }
 
 func (t *txClaim) lostErr() error { return nil }
@@ -176,24 +169,23 @@ func (t *txClaim) effectSurvivesFailure() bool { return false }
 
 // answerFailure answers a transaction that did not commit: 503, nothing was
 // applied; or, when the COMMIT's answer was lost, whatever the record shows.
-func (t *txClaim) answerFailure(w http.ResponseWriter, r *http.Request, rec *recorder, err error) bool {
-	m, ev := t.m, t.ev
+func (t *txClaim) answerFailure(w http.ResponseWriter, r *http.Request, rec *recorder, err error) (answer, bool) {
+	m, scope := t.m, t.tr.scope
 	t.end()
-	ev.StoreErrors = append(ev.StoreErrors, t.op)
 	if errors.Is(err, ErrOutcomeUnknown) {
-		m.commitUnknown(w, r, rec, ev.Scope, t.token, ev, err)
-		return true
+		a := m.commitUnknown(w, r, rec, scope, t.token, err)
+		a.storeErr = t.op
+		return a, true
 	}
 	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idemkit: transaction failed after the handler ran; its effect was rolled back",
-		scopeAttrs(ev.Scope, slog.String("op", t.op), slog.Any("error", err))...)
-	ev.Outcome, ev.Status, ev.Err = OutcomeStoreError, http.StatusServiceUnavailable, err
+		scopeAttrs(scope, slog.String("op", t.op), slog.Any("error", err))...)
 	slug := wire.ProblemStoreUnavailable
 	if errors.Is(err, ErrStoreBusy) {
 		slug = wire.ProblemStoreBusy
 	}
 	writeProblem(w, http.StatusServiceUnavailable, slug,
 		"The result could not be committed, so nothing was applied. Retry with the same Idempotency-Key.", 1)
-	return true
+	return answer{outcome: OutcomeStoreError, status: http.StatusServiceUnavailable, err: err, storeErr: t.op}, true
 }
 
 // end rolls the transaction back; a no-op after Commit or Rollback. A
@@ -202,7 +194,7 @@ func (t *txClaim) answerFailure(w http.ResponseWriter, r *http.Request, rec *rec
 func (t *txClaim) end() {
 	ctx, cancel := context.WithTimeout(t.ctx, t.m.cfg.StoreTimeout)
 	defer cancel()
-	t.m.rollback(ctx, t.tx, t.ev.Scope)
+	t.m.rollback(ctx, t.tx, t.tr.scope)
 }
 
 // rollback rolls tx back, logging a failure: the database ends the
@@ -211,5 +203,47 @@ func (m *Middleware) rollback(ctx context.Context, tx StoreTx, scope Scope) {
 	if err := tx.Rollback(ctx); err != nil {
 		m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemkit: rollback failed; the database ends the transaction when the connection closes",
 			scopeAttrs(scope, slog.Any("error", err))...)
+	}
+}
+
+// txWaitCheck is the waitCheck of transactional mode, whose in-flight
+// claims are invisible until they commit: a completed record answers;
+// without one, a claim that waits at most waitProbeLockTimeout on the
+// original's lock, rolled back at once, tells a running original (the lock
+// is held) from one that rolled back (claim again).
+func (m *Middleware) txWaitCheck(scope Scope, fps requestFingerprint) waitCheck {
+	return func(ctx context.Context) (waitVerdict, *Record, error) {
+		rec, err := m.getForWait(ctx, scope)
+		switch {
+		case err == nil && (rec.State == StateCompleted || !fps.matches(rec)):
+			return waitAnswer, rec, nil
+		case err != nil && !errors.Is(err, ErrRecordNotFound):
+			return waitKeep, nil, err
+		}
+		probe := min(m.cfg.LockTimeout, waitProbeLockTimeout)
+		callCtx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+		defer cancel()
+		tx, err := m.store.BeginTx(callCtx, probe)
+		if err != nil {
+			if errors.Is(err, ErrStoreBusy) || errors.Is(err, ErrInFlight) {
+				return waitKeep, nil, nil
+			}
+			return waitKeep, nil, err
+		}
+		res, err := tx.Claim(callCtx, m.claimRequest(scope, fps, probe))
+		rbCtx, cancelRb := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.StoreTimeout)
+		m.rollback(rbCtx, tx, scope)
+		cancelRb()
+		switch {
+		case errors.Is(err, ErrInFlight) || errors.Is(err, ErrStoreBusy):
+			return waitKeep, nil, nil
+		case err != nil:
+			return waitKeep, nil, err
+		case res.Acquired:
+			return waitClaim, nil, nil
+		case res.Existing != nil && (res.Existing.State == StateCompleted || !fps.matches(res.Existing)):
+			return waitAnswer, res.Existing, nil
+		}
+		return waitKeep, res.Existing, nil
 	}
 }

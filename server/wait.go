@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -103,7 +102,7 @@ type waitCheck func(ctx context.Context) (waitVerdict, *Record, error)
 // deadline counts from the first wait and holds across claims again.
 type waitSession struct {
 	m        *Middleware
-	ev       *Event
+	tr       *trace
 	started  time.Time
 	deadline time.Time
 	interval time.Duration
@@ -116,11 +115,11 @@ type waitSession struct {
 
 // newWaitSession returns the waiting of a request, or nil when
 // Config.WaitInFlight is off.
-func (m *Middleware) newWaitSession(ev *Event) *waitSession {
+func (m *Middleware) newWaitSession(tr *trace) *waitSession {
 	if m.cfg.WaitInFlight <= 0 {
 		return nil
 	}
-	return &waitSession{m: m, ev: ev}
+	return &waitSession{m: m, tr: tr}
 }
 
 // await waits for the in-flight original of the request's scope, checking
@@ -132,12 +131,12 @@ func (m *Middleware) newWaitSession(ev *Event) *waitSession {
 // store failure or ctx's error. While it waits it holds no store
 // connection: the store wakes it (ChangeSubscriber) or it polls.
 func (s *waitSession) await(ctx context.Context, check waitCheck) (waitVerdict, *Record, error) {
-	if s == nil || s.ev.WaitRefused {
+	if s == nil || s.tr.waitRefused {
 		return waitKeep, nil, nil
 	}
-	m, scope := s.m, s.ev.Scope
+	m, scope := s.m, s.tr.scope
 	if !m.waiting.enter(scope.Principal, m.cfg.MaxWaiting, m.cfg.MaxWaitingPerPrincipal) {
-		s.ev.WaitRefused = true
+		s.tr.waitRefused = true
 		m.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "idemkit: too many requests waiting; answering 409 at once",
 			scopeAttrs(scope)...)
 		return waitKeep, nil, nil
@@ -156,7 +155,7 @@ func (s *waitSession) await(ctx context.Context, check waitCheck) (waitVerdict, 
 			s.interval = waitPollSubscribedMin
 		}
 	}
-	defer func() { s.ev.Waited = time.Since(s.started) }()
+	defer func() { s.tr.waited = time.Since(s.started) }()
 
 	skipCheck := s.claimedAgain
 	s.claimedAgain = false
@@ -221,66 +220,4 @@ func (m *Middleware) getForWait(ctx context.Context, scope Scope) (*Record, erro
 	callCtx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
 	defer cancel()
 	return m.store.Get(callCtx, scope, m.now())
-}
-
-// leaseWaitCheck is the waitCheck of lease mode, whose in-flight claims
-// are committed: a completed record (or one of another request) answers,
-// a released one or a lapsed lease is claimed again.
-func (m *Middleware) leaseWaitCheck(scope Scope, fps requestFingerprint) waitCheck {
-	return func(ctx context.Context) (waitVerdict, *Record, error) {
-		rec, err := m.getForWait(ctx, scope)
-		switch {
-		case errors.Is(err, ErrRecordNotFound):
-			return waitClaim, nil, nil
-		case err != nil:
-			return waitKeep, nil, err
-		case rec.State == StateCompleted || !fps.matches(rec):
-			return waitAnswer, rec, nil
-		case !rec.LockedUntil.After(m.now()):
-			return waitClaim, nil, nil // the claim takes the lapsed lease over
-		}
-		return waitKeep, rec, nil
-	}
-}
-
-// txWaitCheck is the waitCheck of transactional mode, whose in-flight
-// claims are invisible until they commit: a completed record answers;
-// without one, a claim that waits at most waitProbeLockTimeout on the
-// original's lock, rolled back at once, tells a running original (the lock
-// is held) from one that rolled back (claim again).
-func (m *Middleware) txWaitCheck(scope Scope, fps requestFingerprint) waitCheck {
-	return func(ctx context.Context) (waitVerdict, *Record, error) {
-		rec, err := m.getForWait(ctx, scope)
-		switch {
-		case err == nil && (rec.State == StateCompleted || !fps.matches(rec)):
-			return waitAnswer, rec, nil
-		case err != nil && !errors.Is(err, ErrRecordNotFound):
-			return waitKeep, nil, err
-		}
-		probe := min(m.cfg.LockTimeout, waitProbeLockTimeout)
-		callCtx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
-		defer cancel()
-		tx, err := m.store.BeginTx(callCtx, probe)
-		if err != nil {
-			if errors.Is(err, ErrStoreBusy) || errors.Is(err, ErrInFlight) {
-				return waitKeep, nil, nil
-			}
-			return waitKeep, nil, err
-		}
-		res, err := tx.Claim(callCtx, m.claimRequest(scope, fps, probe))
-		rbCtx, cancelRb := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.StoreTimeout)
-		m.rollback(rbCtx, tx, scope)
-		cancelRb()
-		switch {
-		case errors.Is(err, ErrInFlight) || errors.Is(err, ErrStoreBusy):
-			return waitKeep, nil, nil
-		case err != nil:
-			return waitKeep, nil, err
-		case res.Acquired:
-			return waitClaim, nil, nil
-		case res.Existing != nil && (res.Existing.State == StateCompleted || !fps.matches(res.Existing)):
-			return waitAnswer, res.Existing, nil
-		}
-		return waitKeep, res.Existing, nil
-	}
 }
