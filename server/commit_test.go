@@ -12,13 +12,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idemkit/internal/tcpfault"
 	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/pgstore"
 )
 
 // txProxyRig is a transactional-mode middleware on PostgreSQL reached
-// through a tcpProxy. Its handler writes one effect on the request's
+// through a tcpfault.Proxy. Its handler writes one effect on the request's
 // transaction, then calls afterEffect (which breaks the database path) and
 // answers 201.
 type txProxyRig struct {
@@ -88,10 +89,10 @@ func mwPost(t *testing.T, srv *httptest.Server, path string, header map[string]s
 // answers outcome-unknown; a retry with the same key replays.
 func TestTransactionalCommit_LostAnswerIsNotReportedAsRollback(t *testing.T) {
 	t.Parallel()
-	rig := newTxProxyRig(t, 5*time.Second, func(pg *proxiedPostgres) { pg.proxy.DropNextCommitReply() })
+	rig := newTxProxyRig(t, 5*time.Second, func(pg *proxiedPostgres) { pg.proxy.DropReply(tcpfault.PostgresCommitComplete) })
 
 	first := rig.post(t, "commit-1")
-	require.Equal(t, 1, rig.pg.proxy.CommitRepliesDropped(), "the proxy dropped the COMMIT's answer")
+	require.Equal(t, 1, rig.pg.proxy.Dropped(), "the proxy dropped the COMMIT's answer")
 	var effects int
 	require.NoError(t, rig.pg.direct.QueryRow(context.Background(), mwCountEffects).Scan(&effects))
 	require.Equal(t, 1, effects, "the transaction committed")

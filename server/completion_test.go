@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idemkit/internal/tcpfault"
 	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/sqlitestore"
@@ -113,7 +114,7 @@ func TestLeaseCompletion_SurvivesDatabaseCut(t *testing.T) {
 	store := mwNewPostgresStore(t, context.Background(), pg.pool)
 	rig := newLeaseRig(t, store, nil, func(run int64, w http.ResponseWriter, r *http.Request) {
 		if run == 1 {
-			pg.proxy.Cut(200 * time.Millisecond)
+			pg.proxy.CutFor(200 * time.Millisecond)
 		}
 		charged(run, w)
 	})
@@ -273,7 +274,7 @@ func TestLeaseCompletion_LostAnswerIsRecognisedAsOwnSuccess(t *testing.T) {
 	pg := newProxiedPostgres(t)
 	store := mwNewPostgresStore(t, context.Background(), pg.pool)
 	rig := newLeaseRig(t, store, func(c *server.Config) { c.LeaseDuration = 30 * time.Second }, func(run int64, w http.ResponseWriter, r *http.Request) {
-		pg.proxy.DropNextReplyContaining([]byte("UPDATE 1\x00")) // the completion's answer
+		pg.proxy.DropReply(tcpfault.Contains([]byte("UPDATE 1\x00"))) // the completion's answer
 		charged(run, w)
 	})
 	first := rig.post(t, "lost-answer-1")

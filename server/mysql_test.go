@@ -14,6 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idemkit/internal/tcpfault"
 	"github.com/idemkit/idemkit/internal/testmysql"
 	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
@@ -101,20 +102,20 @@ func mwNewMySQLKillTarget(t *testing.T) *mwKillTarget {
 }
 
 // mysqlProxyRig is a transactional-mode middleware on MySQL reached
-// through a testmysql.Proxy. Its handler writes one effect on the request's
+// through a tcpfault.Proxy. Its handler writes one effect on the request's
 // transaction, then calls afterEffect (which breaks the database path) and
 // answers 201.
 type mysqlProxyRig struct {
-	proxy *testmysql.Proxy
+	proxy *tcpfault.Proxy
 	db    *sql.DB // through the proxy
 	srv   *httptest.Server
 	runs  atomic.Int64
 }
 
-func newMySQLProxyRig(t *testing.T, storeTimeout time.Duration, afterEffect func(*testmysql.Proxy)) *mysqlProxyRig {
+func newMySQLProxyRig(t *testing.T, storeTimeout time.Duration, afterEffect func(*tcpfault.Proxy)) *mysqlProxyRig {
 	t.Helper()
 	cfg := testmysql.DatabaseConfig(t)
-	rig := &mysqlProxyRig{proxy: testmysql.NewProxy(t, cfg.Addr)}
+	rig := &mysqlProxyRig{proxy: tcpfault.Start(t, cfg.Addr)}
 	proxied := cfg.Clone()
 	proxied.Addr = rig.proxy.Addr()
 	proxied.Timeout = 2 * time.Second
@@ -160,10 +161,10 @@ func (rig *mysqlProxyRig) post(t *testing.T, key string) *mwResponse {
 // outcome-unknown; a retry with the same key replays.
 func TestTransactionalCommit_LostAnswerIsNotReportedAsRollback_MySQL(t *testing.T) {
 	t.Parallel()
-	rig := newMySQLProxyRig(t, 5*time.Second, func(p *testmysql.Proxy) { p.DropNextCommitReply() })
+	rig := newMySQLProxyRig(t, 5*time.Second, func(p *tcpfault.Proxy) { p.DropReplyTo(tcpfault.MySQLCommitQuery) })
 
 	first := rig.post(t, "commit-1")
-	require.Equal(t, 1, rig.proxy.CommitRepliesDropped(), "the proxy dropped the COMMIT's answer")
+	require.Equal(t, 1, rig.proxy.Dropped(), "the proxy dropped the COMMIT's answer")
 	var effects int
 	require.NoError(t, rig.db.QueryRowContext(context.Background(), mwCountEffects).Scan(&effects))
 	require.Equal(t, 1, effects, "the transaction committed")
@@ -186,7 +187,7 @@ func TestTransactionalCommit_LostAnswerIsNotReportedAsRollback_MySQL(t *testing.
 // success that was not committed.
 func TestTransactional_FrozenDatabaseAnswersInBoundedTime_MySQL(t *testing.T) {
 	t.Parallel()
-	rig := newMySQLProxyRig(t, 300*time.Millisecond, func(p *testmysql.Proxy) { p.Freeze() })
+	rig := newMySQLProxyRig(t, 300*time.Millisecond, func(p *tcpfault.Proxy) { p.Freeze() })
 	res := rig.post(t, "frozen-tx")
 	require.Equal(t, http.StatusServiceUnavailable, res.Status, "body %s", res.Body)
 	rig.proxy.Thaw()
@@ -198,9 +199,9 @@ func TestTransactional_FrozenDatabaseAnswersInBoundedTime_MySQL(t *testing.T) {
 func TestTransactional_CutConnectionsRollBack_MySQL(t *testing.T) {
 	t.Parallel()
 	var cut atomic.Bool
-	rig := newMySQLProxyRig(t, 2*time.Second, func(p *testmysql.Proxy) {
+	rig := newMySQLProxyRig(t, 2*time.Second, func(p *tcpfault.Proxy) {
 		if cut.CompareAndSwap(false, true) {
-			p.Cut(0) // the first request only
+			p.CutFor(0) // the first request only
 		}
 	})
 	res := rig.post(t, "cut-tx")
