@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -37,11 +38,11 @@ func TestBudget_CrashLoopSendsAtMostTheBudget(t *testing.T) {
 	defer close(release)
 	req := &Request{URL: b.srv.URL + "/pay", Key: "crash-loop", Body: []byte(`{}`)}
 	held := func() bool { // the claim held the intent instead of starting an attempt
-		list, err := b.c.List(testCtx(t), nil)
+		list, err := b.c.List(testkit.Ctx(t), nil)
 		return err == nil && len(list) == 1 && list[0].NextAttemptAt.After(time.Now().Add(30*time.Minute))
 	}
 	for range 15 {
-		ctx, cancel := context.WithCancel(testCtx(t))
+		ctx, cancel := context.WithCancel(testkit.Ctx(t))
 		stopped := make(chan struct{})
 		go func() {
 			defer close(stopped)
@@ -64,7 +65,7 @@ func TestBudget_CrashLoopSendsAtMostTheBudget(t *testing.T) {
 		<-stopped
 	}
 	require.EqualValues(t, 5, seen.Load(), "at most the budget")
-	in, err := b.c.q.get(testCtx(t), mustKeyID(t, b.c, "crash-loop"))
+	in, err := b.c.get(testkit.Ctx(t), mustKeyID(t, b.c, "crash-loop"))
 	require.NoError(t, err)
 	require.Equal(t, StatePending, in.State)
 	require.Contains(t, in.LastError, "5 attempts started in the last hour (Config.MaxAttemptsPerHour)")
@@ -73,7 +74,7 @@ func TestBudget_CrashLoopSendsAtMostTheBudget(t *testing.T) {
 
 func mustKeyID(t *testing.T, c *Client, key string) string {
 	t.Helper()
-	list, err := c.List(testCtx(t), nil)
+	list, err := c.List(testkit.Ctx(t), nil)
 	require.NoError(t, err)
 	for _, in := range list {
 		if in.Key == key {
@@ -127,4 +128,24 @@ func TestBudget_SIGKILLLoopSendsAtMostTheBudget(t *testing.T) {
 	}
 	require.EqualValues(t, 5, seen.Load(), "at most the budget reached the server")
 	require.True(t, held(), "the intent waits for the budget")
+}
+
+// TestAttemptBudget_BoundsAttemptsPerHour: whatever the server says, an
+// intent gets at most Config.MaxAttemptsPerHour attempts in any hour; the
+// next one is due when the oldest of them is an hour old.
+func TestAttemptBudget_BoundsAttemptsPerHour(t *testing.T) {
+	t.Parallel()
+	s := newScripted(t, "Idempotency-Key", answer(http.StatusServiceUnavailable, "", "Retry-After", "0"))
+	cfg := testConfig()
+	cfg.MaxAttemptsPerHour = 3
+	b := setup(t, cfg, nil)
+	in, err := b.c.Do(shortCtx(t, 2*time.Second), &Request{URL: s.srv.URL})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.EqualValues(t, 3, s.n.Load())
+	require.Equal(t, 3, in.Attempts)
+	log, err := b.c.Attempts(testkit.Ctx(t), in.ID)
+	require.NoError(t, err)
+	require.False(t, in.NextAttemptAt.Before(log[0].StartedAt.Add(time.Hour)),
+		"next attempt %v, want at least an hour after the first (%v)", in.NextAttemptAt, log[0].StartedAt)
+	require.Contains(t, in.LastError, "MaxAttemptsPerHour")
 }

@@ -4,20 +4,19 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
+	"github.com/idemkit/idemkit/internal/queue"
+	"github.com/idemkit/idemkit/internal/wire"
 	_ "modernc.org/sqlite" // the driver behind Open; NewClient takes any *sql.DB
 )
 
@@ -42,7 +41,7 @@ const (
 // and several processes may share one queue file.
 type Client struct {
 	cfg   *Config
-	q     *queue
+	q     *queue.Queue
 	self  leaseOwner // this process, as lease owner
 	ownDB bool
 	httpc *http.Client
@@ -69,9 +68,7 @@ type Client struct {
 
 	probes probes // hosts that stopped answering (probe.go)
 
-	triesMu   sync.Mutex
-	tries     map[string]int // intent id -> attempts started here (Config.MaxAttempts)
-	exhausted []string       // ids that reached Config.MaxAttempts here
+	limit attemptLimit // Config.MaxAttempts (maxattempts.go)
 
 	nmu     sync.Mutex
 	changed chan struct{} // closed and replaced when an intent ends here
@@ -94,7 +91,7 @@ type Client struct {
 // version migrated (Newer).
 func Open(ctx context.Context, path string, cfg *Config) (*Client, error) {
 	if path == ":memory:" || strings.HasPrefix(path, "file:") {
-		return nil, fmt.Errorf("%w (got %q; Open takes a file path, not a URI)", errInMemory, path)
+		return nil, fmt.Errorf("%w (got %q; Open takes a file path, not a URI)", queue.ErrInMemory, path)
 	}
 	if path == "" || strings.ContainsAny(path, "?#") {
 		return nil, fmt.Errorf("idemkit: queue path %q: must be non-empty, without ? or #", path)
@@ -112,7 +109,7 @@ func Open(ctx context.Context, path string, cfg *Config) (*Client, error) {
 		return nil, fmt.Errorf("idemkit: open queue %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(8)
-	if err := firstQuery(ctx, db); err != nil {
+	if err := queue.FirstQuery(ctx, db, busyTimeout); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("idemkit: open queue %s: %w", path, err)
 	}
@@ -123,32 +120,6 @@ func Open(ctx context.Context, path string, cfg *Config) (*Client, error) {
 	}
 	c.ownDB = true
 	return c, nil
-}
-
-// firstQuery reads the schema once, which opens a connection and so runs
-// its pragmas. Several processes opening a fresh file at once contend for
-// the switch to WAL, which does not wait on the busy handler long enough:
-// a busy answer is retried, with jitter, for up to busyTimeout.
-func firstQuery(ctx context.Context, db *sql.DB) error {
-	deadline := time.Now().Add(busyTimeout)
-	for {
-		var n int
-		err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sqlite_master`).Scan(&n)
-		if err == nil {
-			return nil
-		}
-		err = interpretError(err)
-		if !isQueue(err, queueLocked) || time.Now().After(deadline) {
-			return err
-		}
-		t := time.NewTimer(time.Duration(2+rand.IntN(20)) * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
 }
 
 // createPrivate creates the queue file, if it does not exist yet, readable
@@ -185,7 +156,7 @@ func checkHeader(path string) error {
 		return nil
 	}
 	if n < 16 || string(hdr) != "SQLite format 3\x00" {
-		return queueErrorf(queueCorrupt, "%s is not a SQLite database (left untouched)", path)
+		return queue.Errorf(queue.Corrupt, "%s is not a SQLite database (left untouched)", path)
 	}
 	return nil
 }
@@ -212,51 +183,48 @@ func newClient(ctx context.Context, db *sql.DB, cfg *Config, busyRetry time.Dura
 	}
 	self := currentLeaseOwner()
 	c := &Client{
-		cfg:      cfg,
-		q:        &queue{db: db, busyRetry: busyRetry, owner: self.String(), perHour: cfg.MaxAttemptsPerHour},
+		cfg: cfg,
+		q: queue.New(db, queue.Config{BusyRetry: busyRetry, Owner: self.String(), PerHour: cfg.MaxAttemptsPerHour,
+			Window: cfg.Window, Safety: cfg.SafetyMargin, Hosts: cfg.hosts()}),
 		self:     self,
 		log:      cfg.Logger,
 		submitCh: make(chan *submitOp),
 		wake:     make(chan struct{}, 1),
 		changed:  make(chan struct{}),
 		creds:    map[string]http.Header{},
-		tries:    map[string]int{},
+		limit:    attemptLimit{max: cfg.MaxAttempts, tries: map[string]int{}},
 	}
-	c.q.skip = c.skipped
-	c.q.keyForm = c.keyForm
 	if cfg.timeNowFunc == nil {
 		base := time.Now()
 		cfg.timeNowFunc = func() time.Time { return base.Add(time.Since(base)) }
 	}
-	file, err := mainFile(ctx, db)
+	file, err := queue.MainFile(ctx, db)
 	if err != nil {
 		return nil, err
 	}
 	if file == "" {
-		return nil, errInMemory
+		return nil, queue.ErrInMemory
 	}
 	c.httpc, c.ownHC = newHTTPClient(cfg)
-	if err := c.q.migrate(ctx, c.now()); err != nil {
+	if err := c.q.Migrate(ctx, c.now()); err != nil {
 		return nil, fmt.Errorf("idemkit: migrate queue: %w", err)
 	}
-	var mode string
-	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
-		return nil, fmt.Errorf("idemkit: queue journal mode: %w", interpretError(err))
+	if err := c.q.ReadJournalMode(ctx); err != nil {
+		return nil, fmt.Errorf("idemkit: queue journal mode: %w", err)
 	}
-	c.q.wal = strings.EqualFold(mode, "wal")
-	if err := c.q.locate(ctx, cmp.Or(cfg.instanceHost, hostID()), file, c.now()); err != nil {
+	if err := c.q.Locate(ctx, cmp.Or(cfg.instanceHost, hostID()), file, wire.FormatTime(c.now())); err != nil {
 		return nil, fmt.Errorf("idemkit: record where the queue lives: %w", err)
 	}
-	if held, inFile, onDisk, err := c.q.checkRestored(ctx, file, wireNow(c.now())); err != nil {
+	if held, inFile, onDisk, err := c.q.CheckRestored(ctx, file, wire.FormatTime(c.now())); err != nil {
 		return nil, fmt.Errorf("idemkit: check the queue's generation: %w", err)
 	} else if onDisk > inFile {
 		c.log.Warn("idemkit: the queue file is older than its last use here (restored from a backup?): its intents never attempted are not sent unless adopted (Client.Adopt); they may have been sent after the backup was taken",
 			"generation", inFile, "last_seen", onDisk, "held", held)
 	}
-	if c.q.origin != c.q.self {
-		n, _ := c.q.countForeign(ctx)
+	if c.q.Origin() != c.q.Self() {
+		n, _ := c.q.CountForeign(ctx)
 		c.log.Warn("idemkit: the queue file was first opened elsewhere (copied or moved?): its pending intents are not sent from here unless adopted (Client.Adopt)",
-			"origin", c.q.origin, "here", c.q.self, "pending", n)
+			"origin", c.q.Origin(), "here", c.q.Self(), "pending", n)
 	}
 	c.closeCtx, c.closeFunc = context.WithCancel(context.Background())
 	c.wg.Add(1)
@@ -310,7 +278,7 @@ func (c *Client) Close() error {
 			c.httpc.CloseIdleConnections()
 		}
 		if c.ownDB {
-			err = c.q.db.Close()
+			err = c.q.DB().Close()
 		}
 	})
 	return err
@@ -345,9 +313,9 @@ func (c *Client) Submit(ctx context.Context, req *Request) (*Intent, error) {
 	if err != nil {
 		return nil, err
 	}
-	op := &submitOp{ctx: ctx, p: p, id: id, now: c.now(), done: make(chan submitResult, 1)}
-	defer c.q.waiting.Add(-1)
-	if c.q.waiting.Add(1) == 1 {
+	op := &submitOp{ctx: ctx, n: p.queued(id, c.now()), done: make(chan submitResult, 1)}
+	defer c.q.Waiting.Add(-1)
+	if c.q.Waiting.Add(1) == 1 {
 		// No other Submit in progress: commit it here, without the two
 		// goroutine hand-offs to the committer and back (a lone caller
 		// pays what one INSERT per transaction pays). Submit calls arriving
@@ -355,7 +323,7 @@ func (c *Client) Submit(ctx context.Context, req *Request) (*Intent, error) {
 		if !c.enter() {
 			return nil, ErrClosed
 		}
-		c.q.insertBatch(context.Background(), []*submitOp{op})
+		c.insertBatch([]*submitOp{op})
 		c.wg.Done()
 	} else {
 		select {
@@ -388,8 +356,8 @@ func (c *Client) SubmitTx(ctx context.Context, tx *sql.Tx, req *Request) (*Inten
 	if err != nil {
 		return nil, err
 	}
-	in, err := insertOne(ctx, tx, p, id, c.now(), c.q.self)
-	return in, interpretError(err)
+	in, err := c.q.InsertTx(ctx, tx, p.queued(id, c.now()))
+	return intentOf(in), err
 }
 
 // poke wakes a Run loop waiting for work.
@@ -427,8 +395,8 @@ func (c *Client) Do(ctx context.Context, req *Request) (*Intent, error) {
 	}
 	// Insert and claim in one transaction: the row (with its first attempt
 	// recorded) is on disk before the first byte, with one fsync.
-	now := c.now()
-	in, cl, err := c.q.insertClaim(ctx, p, id, now, c.cfg.LeaseDuration, c.plan(now))
+	qi, cl, err := c.q.InsertClaim(ctx, p.queued(id, c.now()), c.cfg.LeaseDuration)
+	in := intentOf(qi)
 	if err != nil {
 		return in, err // nil unless it is queued (a Foreign QueueError)
 	}
@@ -460,7 +428,7 @@ func (c *Client) Wait(ctx context.Context, id string) (*Intent, error) {
 		if in.State != StatePending {
 			return in, result(in)
 		}
-		if err := c.q.foreign(in); err != nil {
+		if err := c.q.Foreign(in.queued()); err != nil {
 			return in, err // no worker here will send it
 		}
 		if err := c.sleepUntil(ctx, in.NextAttemptAt, ch); err != nil {
@@ -490,7 +458,7 @@ func (c *Client) Get(ctx context.Context, id string) (*Intent, error) {
 	if c.closed() {
 		return nil, ErrClosed
 	}
-	return c.q.get(ctx, id)
+	return c.get(ctx, id)
 }
 
 // List returns intents matching opts (nil lists the first 100): pending
@@ -509,7 +477,15 @@ func (c *Client) List(ctx context.Context, opts *ListOptions) ([]*Intent, error)
 	if o.Limit <= 0 {
 		o.Limit = 100
 	}
-	return c.q.list(ctx, &o)
+	qs, err := c.q.List(ctx, &queue.ListOptions{State: queue.State(o.State), UpdatedSince: o.UpdatedSince, Limit: o.Limit})
+	out := make([]*Intent, 0, len(qs))
+	for _, qi := range qs {
+		out = append(out, intentOf(qi))
+	}
+	if len(out) == 0 {
+		out = nil
+	}
+	return out, err
 }
 
 // Attempts returns the attempt log of an intent, oldest first.
@@ -517,7 +493,15 @@ func (c *Client) Attempts(ctx context.Context, id string) ([]*Attempt, error) {
 	if c.closed() {
 		return nil, ErrClosed
 	}
-	return c.q.attempts(ctx, id)
+	as, err := c.q.Attempts(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Attempt
+	for _, a := range as {
+		out = append(out, attemptOf(a))
+	}
+	return out, nil
 }
 
 // SchemaVersion returns the version of the queue file's schema: the number
@@ -528,9 +512,7 @@ func (c *Client) SchemaVersion(ctx context.Context) (int, error) {
 	if c.closed() {
 		return 0, ErrClosed
 	}
-	var v int
-	err := c.q.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM `+migrationsVersionTable).Scan(&v)
-	return v, interpretError(err)
+	return c.q.StoredVersion(ctx)
 }
 
 // Counts returns the number of intents in each state. It reads the whole
@@ -539,7 +521,7 @@ func (c *Client) Counts(ctx context.Context) (map[IntentState]int, error) {
 	if c.closed() {
 		return nil, ErrClosed
 	}
-	return c.q.counts(ctx)
+	return c.counts(ctx)
 }
 
 // Cancel ends a pending intent as canceled so that it is never sent again.
@@ -550,12 +532,12 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 	if c.closed() {
 		return ErrClosed
 	}
-	ok, err := c.q.cancel(ctx, id, c.now())
+	ok, err := c.q.Cancel(ctx, id, c.now())
 	if err != nil {
 		return err
 	}
 	if !ok {
-		in, err := c.q.get(ctx, id)
+		in, err := c.get(ctx, id)
 		if err != nil {
 			return err
 		}
@@ -586,42 +568,11 @@ func (c *Client) Prune(ctx context.Context, olderThan time.Duration, states ...I
 			return 0, invalidf("Prune: state %q is not a terminal state", s)
 		}
 	}
-	return c.q.prune(ctx, c.now().Add(-olderThan), states)
-}
-
-// tried counts an attempt of intent id started here and reports whether
-// it is the last Config.MaxAttempts allows.
-func (c *Client) tried(id string) bool {
-	c.triesMu.Lock()
-	defer c.triesMu.Unlock()
-	c.tries[id]++
-	return c.cfg.MaxAttempts > 0 && c.tries[id] >= c.cfg.MaxAttempts
-}
-
-// exhaust marks intent id as past Config.MaxAttempts here.
-func (c *Client) exhaust(id string) {
-	c.triesMu.Lock()
-	defer c.triesMu.Unlock()
-	if !slices.Contains(c.exhausted, id) {
-		c.exhausted = append(c.exhausted, id)
+	qs := make([]queue.State, len(states))
+	for i, st := range states {
+		qs[i] = queue.State(st)
 	}
-}
-
-func (c *Client) isExhausted(id string) bool {
-	c.triesMu.Lock()
-	defer c.triesMu.Unlock()
-	return slices.Contains(c.exhausted, id)
-}
-
-// skipped is the JSON array of the ids claims pass over.
-func (c *Client) skipped() string {
-	c.triesMu.Lock()
-	defer c.triesMu.Unlock()
-	b, _ := json.Marshal(c.exhausted)
-	if c.exhausted == nil {
-		return "[]"
-	}
-	return string(b)
+	return c.q.Prune(ctx, c.now().Add(-olderThan), qs)
 }
 
 func (c *Client) credsFor(id string) http.Header {
@@ -637,7 +588,27 @@ func (c *Client) forget(id string) {
 	c.credMu.Lock()
 	delete(c.creds, id)
 	c.credMu.Unlock()
-	c.triesMu.Lock()
-	delete(c.tries, id)
-	c.triesMu.Unlock()
+	c.limit.forget(id)
+}
+
+// get reads the intent with the given id.
+func (c *Client) get(ctx context.Context, id string) (*Intent, error) {
+	qi, err := c.q.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return intentOf(qi), nil
+}
+
+// counts reads the number of intents in each state.
+func (c *Client) counts(ctx context.Context) (map[IntentState]int, error) {
+	qc, err := c.q.Counts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[IntentState]int, len(qc))
+	for s, n := range qc {
+		out[IntentState(s)] = n
+	}
+	return out, nil
 }

@@ -2,6 +2,7 @@ package idemkit
 
 import (
 	"github.com/google/uuid"
+	"github.com/idemkit/idemkit/internal/testkit"
 
 	"bytes"
 	"context"
@@ -36,7 +37,7 @@ func TestClient_Do(t *testing.T) {
 			w.WriteHeader(http.StatusCreated)
 			fmt.Fprint(w, `{"id":"ch_1"}`)
 		}))
-		in, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL + "/charges", Body: []byte(`{"amount":40}`),
+		in, err := b.c.Do(testkit.Ctx(t), &Request{URL: b.srv.URL + "/charges", Body: []byte(`{"amount":40}`),
 			Header: http.Header{"Content-Type": {"application/json"}}})
 		require.NoError(t, err)
 		require.Equal(t, StateSucceeded, in.State)
@@ -57,7 +58,7 @@ func TestClient_Do(t *testing.T) {
 		require.False(t, in.FirstAttemptAt.IsZero())
 		require.True(t, in.Horizon.After(in.FirstAttemptAt))
 
-		log, err := b.c.Attempts(testCtx(t), in.ID)
+		log, err := b.c.Attempts(testkit.Ctx(t), in.ID)
 		require.NoError(t, err)
 		require.Len(t, log, 1)
 		require.Equal(t, http.StatusCreated, log[0].Status)
@@ -91,12 +92,12 @@ func TestClient_Do(t *testing.T) {
 				fmt.Fprint(w, "done")
 			}
 		}))
-		in, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL, Key: "pay-42"})
+		in, err := b.c.Do(testkit.Ctx(t), &Request{URL: b.srv.URL, Key: "pay-42"})
 		require.NoError(t, err)
 		require.Equal(t, []string{"pay-42", "pay-42", "pay-42"}, keys)
 		require.Equal(t, 3, in.Attempts)
 		require.True(t, in.Outcome.Replayed)
-		log, err := b.c.Attempts(testCtx(t), in.ID)
+		log, err := b.c.Attempts(testkit.Ctx(t), in.ID)
 		require.NoError(t, err)
 		require.Len(t, log, 3)
 		require.Equal(t, http.StatusServiceUnavailable, log[0].Status)
@@ -125,7 +126,7 @@ func TestClient_Do(t *testing.T) {
 			}
 			w.WriteHeader(http.StatusOK)
 		}))
-		in, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL})
+		in, err := b.c.Do(testkit.Ctx(t), &Request{URL: b.srv.URL})
 		require.NoError(t, err)
 		require.Equal(t, StateSucceeded, in.State)
 		require.Len(t, times, 2)
@@ -139,7 +140,7 @@ func TestClient_Do(t *testing.T) {
 			w.WriteHeader(http.StatusUnprocessableEntity)
 			fmt.Fprint(w, `{"type":"https://github.com/idemkit/idemkit/blob/main/docs/problems.md#key-reused"}`)
 		}))
-		in, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL})
+		in, err := b.c.Do(testkit.Ctx(t), &Request{URL: b.srv.URL})
 		require.ErrorIs(t, err, ErrKeyReused)
 		var re *resultError
 		require.ErrorAs(t, err, &re)
@@ -155,7 +156,7 @@ func TestClient_Do(t *testing.T) {
 		b := setup(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "bad amount", http.StatusBadRequest)
 		}))
-		in, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL})
+		in, err := b.c.Do(testkit.Ctx(t), &Request{URL: b.srv.URL})
 		require.ErrorIs(t, err, StateFailed)
 		require.NotErrorIs(t, err, ErrKeyReused)
 		require.Equal(t, StateFailed, in.State)
@@ -171,7 +172,7 @@ func TestClient_Do(t *testing.T) {
 			cl, te = r.ContentLength, r.TransferEncoding
 			w.WriteHeader(http.StatusNoContent)
 		}))
-		_, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL})
+		_, err := b.c.Do(testkit.Ctx(t), &Request{URL: b.srv.URL})
 		require.NoError(t, err)
 		require.EqualValues(t, 0, cl)
 		require.Empty(t, te)
@@ -184,7 +185,7 @@ func TestClient_Do(t *testing.T) {
 			n.Add(1)
 			http.Redirect(w, r, "/elsewhere", http.StatusFound)
 		}))
-		in, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL})
+		in, err := b.c.Do(testkit.Ctx(t), &Request{URL: b.srv.URL})
 		require.ErrorIs(t, err, StateFailed)
 		require.Equal(t, http.StatusFound, in.Outcome.Status)
 		require.EqualValues(t, 1, n.Load(), "a POST is never turned into a GET by a redirect")
@@ -201,11 +202,11 @@ func TestClient_Do(t *testing.T) {
 			w.WriteHeader(http.StatusOK)
 		}))
 		defer close(release)
-		ctx, cancel := context.WithCancel(testCtx(t))
+		ctx, cancel := context.WithCancel(testkit.Ctx(t))
 		in, err := b.c.Submit(ctx, &Request{URL: b.srv.URL})
 		require.NoError(t, err)
 		go func() {
-			eventually(t, 10*time.Second, func() bool {
+			testkit.Eventually(t, 10*time.Second, func() bool {
 				got, _ := b.c.Get(context.Background(), in.ID)
 				return got != nil && got.Attempts == 1
 			}, "first attempt started")
@@ -213,7 +214,7 @@ func TestClient_Do(t *testing.T) {
 		}()
 		_, err = b.c.driveID(ctx, in.ID)
 		require.ErrorIs(t, err, context.Canceled)
-		got, err := b.c.Get(testCtx(t), in.ID)
+		got, err := b.c.Get(testkit.Ctx(t), in.ID)
 		require.NoError(t, err)
 		require.Equal(t, StatePending, got.State)
 		require.False(t, got.NextAttemptAt.After(time.Now()), "lease released for an immediate resume")
@@ -239,7 +240,7 @@ func TestClient_PersistedBeforeFirstByte(t *testing.T) {
 		got <- s
 		w.WriteHeader(http.StatusOK)
 	}))
-	_, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL})
+	_, err := b.c.Do(testkit.Ctx(t), &Request{URL: b.srv.URL})
 	require.NoError(t, err)
 	s := <-got
 	require.NoError(t, s.err)
@@ -265,19 +266,19 @@ func TestClient_CredentialsNeverStored(t *testing.T) {
 	})
 	b := setup(t, nil, h)
 	// In this process, Do keeps the credential in memory for every attempt.
-	in, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL, Header: http.Header{"Authorization": {token}, "X-Trace": {"t1"}}})
+	in, err := b.c.Do(testkit.Ctx(t), &Request{URL: b.srv.URL, Header: http.Header{"Authorization": {token}, "X-Trace": {"t1"}}})
 	require.NoError(t, err)
 	require.Equal(t, []string{token, token}, auths)
 	require.Empty(t, in.Header.Get("Authorization"))
 	require.Equal(t, "t1", in.Header.Get("X-Trace"))
 
 	// A Submit resumed by another Client gets it from the send hook.
-	pending, err := b.c.Submit(testCtx(t), &Request{URL: b.srv.URL, Header: http.Header{"Authorization": {token}}})
+	pending, err := b.c.Submit(testkit.Ctx(t), &Request{URL: b.srv.URL, Header: http.Header{"Authorization": {token}}})
 	require.NoError(t, err)
 	cfg := testConfig()
 	cfg.SendHookFunc = func(_ string, r *http.Request) error { r.Header.Set("Authorization", "Bearer from-hook"); return nil }
 	c2 := b.reopen(t, cfg)
-	done, err := c2.driveID(testCtx(t), pending.ID)
+	done, err := c2.driveID(testkit.Ctx(t), pending.ID)
 	require.NoError(t, err)
 	require.Equal(t, StateSucceeded, done.State)
 	require.Equal(t, "Bearer from-hook", auths[len(auths)-1])
@@ -301,19 +302,19 @@ func TestClient_Submit(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil, nil)
 		req := &Request{URL: "http://127.0.0.1:1/x", Key: "k1", Body: []byte("a")}
-		in1, err := b.c.Submit(testCtx(t), req)
+		in1, err := b.c.Submit(testkit.Ctx(t), req)
 		require.NoError(t, err)
-		in2, err := b.c.Submit(testCtx(t), req)
+		in2, err := b.c.Submit(testkit.Ctx(t), req)
 		require.NoError(t, err)
 		require.Equal(t, in1.ID, in2.ID)
-		_, err = b.c.Submit(testCtx(t), &Request{URL: "http://127.0.0.1:1/x", Key: "k1", Body: []byte("b")})
+		_, err = b.c.Submit(testkit.Ctx(t), &Request{URL: "http://127.0.0.1:1/x", Key: "k1", Body: []byte("b")})
 		require.ErrorIs(t, err, ErrKeyReused)
 	})
 
 	t.Run("IdempotencyKeyHeaderIsTheKey", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil, nil)
-		in, err := b.c.Submit(testCtx(t), &Request{URL: "http://127.0.0.1:1/x", Header: http.Header{"Idempotency-Key": {"hk"}}})
+		in, err := b.c.Submit(testkit.Ctx(t), &Request{URL: "http://127.0.0.1:1/x", Header: http.Header{"Idempotency-Key": {"hk"}}})
 		require.NoError(t, err)
 		require.Equal(t, "hk", in.Key)
 		require.Empty(t, in.Header.Get("Idempotency-Key"))
@@ -322,7 +323,7 @@ func TestClient_Submit(t *testing.T) {
 	t.Run("InvalidRequestsQueueNothing", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil, nil)
-		kept, err := b.c.Submit(testCtx(t), &Request{URL: "http://127.0.0.1:1/kept"})
+		kept, err := b.c.Submit(testkit.Ctx(t), &Request{URL: "http://127.0.0.1:1/kept"})
 		require.NoError(t, err)
 		for name, req := range map[string]*Request{
 			"nil":          nil,
@@ -339,10 +340,10 @@ func TestClient_Submit(t *testing.T) {
 			"header name":  {URL: "http://h/", Header: http.Header{"X Y": {"a"}}},
 			"two key hdrs": {URL: "http://h/", Header: http.Header{"Idempotency-Key": {"a", "b"}}},
 		} {
-			_, err := b.c.Submit(testCtx(t), req)
+			_, err := b.c.Submit(testkit.Ctx(t), req)
 			require.ErrorIs(t, err, ErrInvalidRequest, name)
 		}
-		all, err := b.c.List(testCtx(t), nil)
+		all, err := b.c.List(testkit.Ctx(t), nil)
 		require.NoError(t, err)
 		require.Len(t, all, 1)
 		require.Equal(t, kept.ID, all[0].ID)
@@ -352,17 +353,17 @@ func TestClient_Submit(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil, nil)
 		require.NoError(t, b.c.Close())
-		_, err := b.c.Submit(testCtx(t), &Request{URL: "http://h/"})
+		_, err := b.c.Submit(testkit.Ctx(t), &Request{URL: "http://h/"})
 		require.ErrorIs(t, err, ErrClosed)
-		require.ErrorIs(t, b.c.Run(testCtx(t)), ErrClosed)
+		require.ErrorIs(t, b.c.Run(testkit.Ctx(t)), ErrClosed)
 	})
 }
 
 func TestClient_SubmitTx(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil, nil)
-	ctx := testCtx(t)
-	tx, err := b.c.q.db.BeginTx(ctx, nil)
+	ctx := testkit.Ctx(t)
+	tx, err := b.c.q.DB().BeginTx(ctx, nil)
 	require.NoError(t, err)
 	in, err := b.c.SubmitTx(ctx, tx, &Request{URL: "http://127.0.0.1:1/a"})
 	require.NoError(t, err)
@@ -370,7 +371,7 @@ func TestClient_SubmitTx(t *testing.T) {
 	_, err = b.c.Get(ctx, in.ID)
 	require.ErrorIs(t, err, ErrNotFound, "rolled back with the caller's transaction")
 
-	tx, err = b.c.q.db.BeginTx(ctx, nil)
+	tx, err = b.c.q.DB().BeginTx(ctx, nil)
 	require.NoError(t, err)
 	in, err = b.c.SubmitTx(ctx, tx, &Request{URL: "http://127.0.0.1:1/b"})
 	require.NoError(t, err)
@@ -390,7 +391,7 @@ func TestClient_RunAndWait(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusOK)
 	}))
-	ctx, cancel := context.WithCancel(testCtx(t))
+	ctx, cancel := context.WithCancel(testkit.Ctx(t))
 	runErr := make(chan error, 1)
 	go func() { runErr <- b.c.Run(ctx) }()
 	var ids []string
@@ -406,7 +407,7 @@ func TestClient_RunAndWait(t *testing.T) {
 	}
 	cancel()
 	require.NoError(t, <-runErr)
-	counts, err := b.c.Counts(testCtx(t))
+	counts, err := b.c.Counts(testkit.Ctx(t))
 	require.NoError(t, err)
 	require.Equal(t, map[IntentState]int{StateSucceeded: 20}, counts)
 }
@@ -414,7 +415,7 @@ func TestClient_RunAndWait(t *testing.T) {
 func TestClient_Cancel(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil, nil)
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	in, err := b.c.Submit(ctx, &Request{URL: "http://127.0.0.1:1/"})
 	require.NoError(t, err)
 	require.NoError(t, b.c.Cancel(ctx, in.ID))
@@ -443,10 +444,10 @@ func TestClient_SendHookError(t *testing.T) {
 		sent.Add(1)
 		w.WriteHeader(http.StatusOK)
 	}))
-	in, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL})
+	in, err := b.c.Do(testkit.Ctx(t), &Request{URL: b.srv.URL})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, sent.Load(), "nothing sent while the hook failed")
-	log, err := b.c.Attempts(testCtx(t), in.ID)
+	log, err := b.c.Attempts(testkit.Ctx(t), in.ID)
 	require.NoError(t, err)
 	require.Contains(t, log[0].Error, "token service down")
 }
@@ -482,7 +483,7 @@ func TestClient_OwnHTTPClient(t *testing.T) {
 	cfg.HTTPClient = &http.Client{Transport: tr}
 	cfg.Logger = logger
 	b := setup(t, cfg, srv)
-	in, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL})
+	in, err := b.c.Do(testkit.Ctx(t), &Request{URL: b.srv.URL})
 	require.NoError(t, err)
 	require.Equal(t, 3, in.Attempts)
 	require.EqualValues(t, 3, tr.n.Load(), "the caller's transport carried every attempt")
@@ -515,7 +516,7 @@ func TestDo_Replayed422IsFailedNotKeyReused(t *testing.T) {
 		w.WriteHeader(http.StatusUnprocessableEntity)
 		fmt.Fprint(w, `{"error":"amount must be positive"}`)
 	}))
-	in, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL})
+	in, err := b.c.Do(testkit.Ctx(t), &Request{URL: b.srv.URL})
 	require.ErrorIs(t, err, StateFailed)
 	require.NotErrorIs(t, err, ErrKeyReused)
 	require.Equal(t, StateFailed, in.State)
@@ -535,7 +536,7 @@ func TestAttempts_CancelDuringBackoffKeepsFinishedAttempt(t *testing.T) {
 		calls.Add(1)
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
-	ctx, cancel := context.WithCancel(testCtx(t))
+	ctx, cancel := context.WithCancel(testkit.Ctx(t))
 	defer cancel()
 	in, err := b.c.Submit(ctx, &Request{URL: b.srv.URL})
 	require.NoError(t, err)
@@ -546,16 +547,41 @@ func TestAttempts_CancelDuringBackoffKeepsFinishedAttempt(t *testing.T) {
 	}()
 	runDone := make(chan error, 1)
 	go func() { runDone <- b.c.Run(ctx) }()
-	eventually(t, 10*time.Second, func() bool {
-		log, err := b.c.Attempts(testCtx(t), in.ID)
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		log, err := b.c.Attempts(testkit.Ctx(t), in.ID)
 		return err == nil && len(log) == 1 && !log[0].FinishedAt.IsZero()
 	}, "first attempt logged, sleeping before the second")
 	cancel()
 	require.NoError(t, <-runDone)
 	<-done
-	log, err := b.c.Attempts(testCtx(t), in.ID)
+	log, err := b.c.Attempts(testkit.Ctx(t), in.ID)
 	require.NoError(t, err)
 	require.Len(t, log, 1)
 	require.Equal(t, http.StatusServiceUnavailable, log[0].Status, "the finished attempt's status is kept")
 	require.EqualValues(t, 1, calls.Load())
+}
+
+// TestClient_CloseStopsDo: Close cancels a Do in flight and waits for it;
+// the intent stays queued.
+func TestClient_CloseStopsDo(t *testing.T) {
+	t.Parallel()
+	entered := make(chan struct{})
+	var once sync.Once
+	b := setup(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body) // the server notices a closed connection only then
+		once.Do(func() { close(entered) })
+		<-r.Context().Done()
+	}))
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.c.Do(context.Background(), &Request{URL: b.srv.URL, Body: []byte("x")})
+		errc <- err
+	}()
+	<-entered
+	require.NoError(t, b.c.Close())
+	require.ErrorIs(t, <-errc, ErrClosed)
+	c2 := b.reopen(t, nil)
+	got, err := c2.List(testkit.Ctx(t), &ListOptions{State: StatePending})
+	require.NoError(t, err)
+	require.Len(t, got, 1, "still queued")
 }

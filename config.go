@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
+	"github.com/idemkit/idemkit/internal/policy"
 )
 
 // Defaults of [Config], as its field docs state them.
@@ -25,7 +25,7 @@ const (
 
 // maxAttemptsPerHourDefault is the default Config.MaxAttemptsPerHour: one
 // attempt every 30 s on average, the backoff cap.
-const maxAttemptsPerHourDefault = 120
+const maxAttemptsPerHourDefault = policy.HourlyAttemptsDefault
 
 // Config configures a [Client]. The zero value is valid: every field has a
 // default.
@@ -198,16 +198,16 @@ func (c *Config) WithDefaults() *Config {
 	out.Window = cmp.Or(out.Window, windowDefault)
 	out.SafetyMargin = cmp.Or(out.SafetyMargin, safetyMarginDefault)
 	if out.CredentialHeaders == nil {
-		out.CredentialHeaders = credentialHeadersDefault
+		out.CredentialHeaders = policy.CredentialHeadersDefault
 	}
 	if out.OutcomeHeaders == nil {
-		out.OutcomeHeaders = outcomeHeadersDefault
+		out.OutcomeHeaders = policy.OutcomeHeadersDefault
 	}
 	if out.CheckRetry == nil {
 		out.CheckRetry = DefaultCheckRetry
 	}
 	if out.Backoff == nil {
-		out.Backoff = defaultBackoff
+		out.Backoff = policy.DefaultBackoff
 	}
 	out.MaxSleep = cmp.Or(out.MaxSleep, maxSleepDefault)
 	out.LeaseDuration = cmp.Or(out.LeaseDuration, leaseDurationDefault)
@@ -218,13 +218,13 @@ func (c *Config) WithDefaults() *Config {
 		p, _ := KnownProfile("idemkit")
 		out.Profile = &p
 	} else {
-		p := out.Profile.withDefaults()
+		p := policy.WithDefaults(*out.Profile)
 		out.Profile = &p
 	}
 	if out.Profiles != nil {
 		m := make(map[string]Profile, len(out.Profiles))
 		for host, p := range out.Profiles {
-			m[strings.ToLower(host)] = p.withDefaults()
+			m[strings.ToLower(host)] = policy.WithDefaults(p)
 		}
 		out.Profiles = m
 	}
@@ -259,7 +259,7 @@ func (c *Config) validate() error {
 		names []string
 	}{{"CredentialHeaders", c.CredentialHeaders}, {"StoredHeaders", c.StoredHeaders}, {"OutcomeHeaders", c.OutcomeHeaders}} {
 		for _, h := range l.names {
-			if !validHeaderPattern(h) {
+			if !policy.ValidHeaderPattern(h) {
 				return fmt.Errorf("idemkit: Config.%s: %q is not a header name or *-Suffix pattern", l.name, h)
 			}
 		}
@@ -270,30 +270,22 @@ func (c *Config) validate() error {
 	if c.MaxAttemptsPerHour < 1 {
 		return fmt.Errorf("idemkit: Config.MaxAttemptsPerHour must be at least 1, got %d", c.MaxAttemptsPerHour)
 	}
-	if err := c.Profile.validate("Config.Profile"); err != nil {
+	if err := policy.Validate(c.Profile, "Config.Profile"); err != nil {
 		return err
 	}
 	for host, p := range c.Profiles {
 		if host == "" || strings.ContainsAny(host, "/?#@ ") {
 			return fmt.Errorf("idemkit: Config.Profiles: %q is not a host", host)
 		}
-		if err := p.validate("Config.Profiles[" + host + "]"); err != nil {
+		if err := policy.Validate(&p, "Config.Profiles["+host+"]"); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// hosts is Profile and Profiles, as the policy and the queue read them.
+func (c *Config) hosts() policy.Hosts { return policy.Hosts{Default: c.Profile, ByHost: c.Profiles} }
+
 // profileFor returns the profile of the host of rawURL.
-func (c *Config) profileFor(rawURL string) *Profile {
-	if len(c.Profiles) > 0 {
-		if u, err := url.Parse(rawURL); err == nil {
-			for _, h := range []string{strings.ToLower(u.Host), strings.ToLower(u.Hostname())} {
-				if p, ok := c.Profiles[h]; ok {
-					return &p
-				}
-			}
-		}
-	}
-	return c.Profile
-}
+func (c *Config) profileFor(rawURL string) *Profile { return c.hosts().For(rawURL) }

@@ -1,6 +1,7 @@
 package idemkit
 
 import (
+	"log/slog"
 	"testing"
 	"time"
 
@@ -24,4 +25,13 @@ func TestConfig_validate(t *testing.T) {
 		require.Contains(t, err.Error(), tc.want, name)
 	}
 	require.NoError(t, (*Config)(nil).WithDefaults().validate())
+}
+
+// TestConfig_LoggerDefaultsToSlogDefault: the default logger is
+// slog.Default() (INFO and up), not a discard handler.
+func TestConfig_LoggerDefaultsToSlogDefault(t *testing.T) {
+	t.Parallel()
+	require.Same(t, slog.Default(), (&Config{}).WithDefaults().Logger)
+	l := slog.New(slog.DiscardHandler)
+	require.Same(t, l, (&Config{Logger: l}).WithDefaults().Logger)
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -64,7 +65,7 @@ func TestAtRest_NoSecretInQueueFiles(t *testing.T) {
 	}
 	h := creds.Clone()
 	h.Set("Content-Type", "application/json")
-	in, err := b.c.Do(testCtx(t), &Request{URL: srv.URL + "/payment_intents", Header: h, Body: []byte(`{"amount":1}`)})
+	in, err := b.c.Do(testkit.Ctx(t), &Request{URL: srv.URL + "/payment_intents", Header: h, Body: []byte(`{"amount":1}`)})
 	require.NoError(t, err)
 	mu.Lock()
 	for k, v := range creds {
@@ -73,12 +74,12 @@ func TestAtRest_NoSecretInQueueFiles(t *testing.T) {
 	mu.Unlock()
 	require.Contains(t, string(in.Outcome.Body), "client_secret", "Do returns the receipt from memory")
 
-	_, err = b.c.Submit(testCtx(t), &Request{URL: srv.URL + "/later", Header: h})
+	_, err = b.c.Submit(testkit.Ctx(t), &Request{URL: srv.URL + "/later", Header: h})
 	require.NoError(t, err)
-	_, err = b.c.Submit(testCtx(t), &Request{URL: srv.URL + "/later?api_key=sekrit-url-key"})
+	_, err = b.c.Submit(testkit.Ctx(t), &Request{URL: srv.URL + "/later?api_key=sekrit-url-key"})
 	require.ErrorIs(t, err, ErrInvalidRequest, "a credential in the URL query is refused")
 
-	stored, err := b.c.Get(testCtx(t), in.ID)
+	stored, err := b.c.Get(testkit.Ctx(t), in.ID)
 	require.NoError(t, err)
 	require.Empty(t, stored.Outcome.Body)
 	require.Empty(t, stored.Outcome.Header)
@@ -96,7 +97,7 @@ func TestAtRest_NoSecretInQueueFiles(t *testing.T) {
 func TestAtRest_QueueFilesArePrivate(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil, nil)
-	_, err := b.c.Submit(testCtx(t), &Request{URL: "http://127.0.0.1:1/x"})
+	_, err := b.c.Submit(testkit.Ctx(t), &Request{URL: "http://127.0.0.1:1/x"})
 	require.NoError(t, err)
 	for _, p := range []string{b.path, b.path + "-wal", b.path + "-shm"} {
 		st, err := os.Stat(p)
@@ -117,7 +118,7 @@ func TestAtRest_StoredHeadersAllowlist(t *testing.T) {
 			got = r.Header.Clone()
 			mu.Unlock()
 		}))
-	in, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL, Header: http.Header{
+	in, err := b.c.Do(testkit.Ctx(t), &Request{URL: b.srv.URL, Header: http.Header{
 		"Content-Type": {"application/json"}, "X-Request-Id": {"r1"}, "X-Signed-Thing": {"private"},
 	}})
 	require.NoError(t, err)
@@ -139,7 +140,7 @@ func TestAtRest_OutcomeHeadersAllowlist(t *testing.T) {
 		w.Header().Set("X-Internal", "x")
 		w.WriteHeader(http.StatusOK)
 	}))
-	in, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL})
+	in, err := b.c.Do(testkit.Ctx(t), &Request{URL: b.srv.URL})
 	require.NoError(t, err)
 	for _, k := range []string{"Content-Type", "Idempotent-Replayed", "Location"} {
 		require.NotEmpty(t, in.Outcome.Header.Get(k), k)
@@ -168,10 +169,10 @@ func TestSendHook_CredentialsScopedToHost(t *testing.T) {
 		return nil
 	}
 	b := setup(t, cfg, nil)
-	_, err = b.c.Do(testCtx(t), &Request{URL: trusted.URL})
+	_, err = b.c.Do(testkit.Ctx(t), &Request{URL: trusted.URL})
 	require.NoError(t, err)
 	require.Equal(t, "Bearer for-trusted", <-seen)
-	_, err = b.c.Do(testCtx(t), &Request{URL: other.URL})
+	_, err = b.c.Do(testkit.Ctx(t), &Request{URL: other.URL})
 	require.NoError(t, err)
 	require.Empty(t, <-seen)
 }
@@ -201,7 +202,7 @@ func TestAtRest_URLCredentialsAllowedExplicitly(t *testing.T) {
 func TestCredentialHeaders_NamesStoredNeverValues(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil, nil)
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	in, err := b.c.Submit(ctx, &Request{URL: "http://127.0.0.1:1/pay", Header: http.Header{
 		"Authorization": {"Bearer s3cret"}, "X-Api-Key": {"k3y"}, "Content-Type": {"application/json"},
 	}})

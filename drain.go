@@ -61,7 +61,7 @@ func (c *Client) Drain(ctx context.Context) (map[IntentState]int, error) {
 	if rerr := <-done; rerr != nil && err == nil {
 		err = rerr
 	}
-	counts, cerr := c.q.counts(context.WithoutCancel(ctx))
+	counts, cerr := c.counts(context.WithoutCancel(ctx))
 	if err == nil {
 		err = cerr
 	}
@@ -76,7 +76,7 @@ func (c *Client) drained(ctx context.Context) (bool, error) {
 	if c.runActive.Load() != 0 {
 		return false, nil
 	}
-	next, err := c.q.nextDue(ctx)
+	next, err := c.q.NextDue(ctx, c.limit.skipped())
 	if err != nil {
 		return false, err
 	}

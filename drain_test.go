@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -23,7 +24,7 @@ func TestRun_DownServerGivesEveryIntentAttempts(t *testing.T) {
 	b := setup(t, cfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
-	ctx, cancel := context.WithCancel(testCtx(t))
+	ctx, cancel := context.WithCancel(testkit.Ctx(t))
 	const n = 10
 	for range n {
 		_, err := b.c.Submit(ctx, &Request{URL: b.srv.URL})
@@ -31,7 +32,7 @@ func TestRun_DownServerGivesEveryIntentAttempts(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- b.c.Run(ctx) }()
-	eventually(t, 10*time.Second, func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		list, err := b.c.List(ctx, &ListOptions{State: StatePending})
 		if err != nil || len(list) != n {
 			return false
@@ -65,7 +66,7 @@ func TestDrain_ReturnsOnceNothingIsPending(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusCreated)
 	}))
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	for range 6 {
 		_, err := b.c.Submit(ctx, &Request{URL: b.srv.URL})
 		require.NoError(t, err)
@@ -87,7 +88,7 @@ func TestDrain_LeavesLongWaitsQueued(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusOK)
 	}))
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	_, err := b.c.Submit(ctx, &Request{URL: b.srv.URL + "/later"})
 	require.NoError(t, err)
 	_, err = b.c.Submit(ctx, &Request{URL: b.srv.URL + "/now"})
@@ -105,9 +106,9 @@ func TestDrain_StopsWhenContextEnds(t *testing.T) {
 	b := setup(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
-	_, err := b.c.Submit(testCtx(t), &Request{URL: b.srv.URL})
+	_, err := b.c.Submit(testkit.Ctx(t), &Request{URL: b.srv.URL})
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(testCtx(t), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(testkit.Ctx(t), 300*time.Millisecond)
 	defer cancel()
 	counts, err := b.c.Drain(ctx)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
@@ -133,7 +134,7 @@ func TestMaxAttempts_BoundsThisClientsAttempts(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusCreated)
 	}))
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	in, err := b.c.Do(ctx, &Request{URL: b.srv.URL})
 	require.ErrorIs(t, err, StatePending)
 	require.Equal(t, StatePending, in.State)
@@ -159,6 +160,6 @@ func TestDrain_ClosedClient(t *testing.T) {
 	b := setup(t, nil, nil)
 	c := b.reopen(t, nil)
 	require.NoError(t, c.Close())
-	_, err := c.Drain(testCtx(t))
+	_, err := c.Drain(testkit.Ctx(t))
 	require.ErrorIs(t, err, ErrClosed)
 }

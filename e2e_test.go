@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/idemkit/idemkit/internal/wire"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/sqlitestore"
@@ -53,7 +54,7 @@ func (s *e2eServer) setFront(f func(w http.ResponseWriter, r *http.Request, next
 
 func newE2EServer(t *testing.T, cfg *server.Config) *e2eServer {
 	t.Helper()
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	db, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "server.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
@@ -149,7 +150,7 @@ func TestE2E_LostResponseIsReplayed(t *testing.T) {
 	cfg := testConfig()
 	cfg.SendHookFunc = authHook
 	b := setup(t, cfg, nil)
-	in, err := b.c.Do(testCtx(t), charge(s.srv.URL))
+	in, err := b.c.Do(testkit.Ctx(t), charge(s.srv.URL))
 	require.NoError(t, err)
 	require.Equal(t, StateSucceeded, in.State)
 	require.EqualValues(t, 1, s.effects.Load(), "exactly one effect")
@@ -161,7 +162,7 @@ func TestE2E_LostResponseIsReplayed(t *testing.T) {
 	for _, k := range keys {
 		require.Equal(t, in.Key, k)
 	}
-	log, err := b.c.Attempts(testCtx(t), in.ID)
+	log, err := b.c.Attempts(testkit.Ctx(t), in.ID)
 	require.NoError(t, err)
 	require.Equal(t, 0, log[0].Status, "first attempt: no response")
 	require.True(t, log[len(log)-1].Replayed)
@@ -224,14 +225,14 @@ func TestE2E_InFlightIsWaitedOut(t *testing.T) {
 	})
 	req := charge(s.srv.URL)
 	req.Key = key
-	in, err := b.c.Do(testCtx(t), req)
+	in, err := b.c.Do(testkit.Ctx(t), req)
 	require.NoError(t, err)
 	require.NoError(t, <-otherDone)
 	require.GreaterOrEqual(t, conflicts.Load(), int32(1))
 	require.Equal(t, conflicts.Load(), withRetryAfter.Load(), "every 409 has a Retry-After")
 	require.True(t, in.Outcome.Replayed)
 	require.EqualValues(t, 1, s.effects.Load())
-	log, err := b.c.Attempts(testCtx(t), in.ID)
+	log, err := b.c.Attempts(testkit.Ctx(t), in.ID)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusConflict, log[0].Status)
 }
@@ -263,7 +264,7 @@ func TestE2E_HorizonAndShorterWindow(t *testing.T) {
 	cfg.SendHookFunc = authHook
 	cfg.timeNowFunc = clock.Now
 	b := setup(t, cfg, nil)
-	in, err := b.c.Do(testCtx(t), charge(s.srv.URL))
+	in, err := b.c.Do(testkit.Ctx(t), charge(s.srv.URL))
 	require.ErrorIs(t, err, StateExpired)
 	// 24h configured, 600 s advertised, margin min(1m, 60s): horizon = first + 9m.
 	require.Equal(t, in.FirstAttemptAt.Add(9*time.Minute), in.Horizon)
@@ -311,7 +312,7 @@ func TestE2E_CrashResumesWithSameKey(t *testing.T) {
 	c, in := resumedIntent(t, s, queue, key)
 	require.True(t, in.Outcome.Replayed, "the resumed attempt got the stored response")
 	require.GreaterOrEqual(t, in.Attempts, 2)
-	log, err := c.Attempts(testCtx(t), in.ID)
+	log, err := c.Attempts(testkit.Ctx(t), in.ID)
 	require.NoError(t, err)
 	require.True(t, log[0].FinishedAt.IsZero(), "the killed attempt never finished")
 	require.Less(t, log[0].Token, log[len(log)-1].Token, "taken over with a new fencing token")
@@ -346,14 +347,14 @@ func TestE2E_KeysArriveExactly(t *testing.T) {
 	for _, key := range mangled {
 		req := charge(s.srv.URL)
 		req.Key = key
-		_, err := bare.c.Do(testCtx(t), req)
+		_, err := bare.c.Do(testkit.Ctx(t), req)
 		require.ErrorIs(t, err, ErrInvalidRequest, "key %q", key)
 	}
 	for i, key := range []string{"padded", "ключ-1", `back\slash "q"`} {
 		req := charge(s.srv.URL)
 		req.Key = key
 		req.Body = []byte(fmt.Sprintf(`{"amount": %d}`, i+1))
-		_, err := bare.c.Do(testCtx(t), req)
+		_, err := bare.c.Do(testkit.Ctx(t), req)
 		require.NoError(t, err, "key %q", key)
 	}
 	require.Equal(t, []string{"padded", "ключ-1", `back\slash "q"`}, raw, "sent bare")
@@ -372,7 +373,7 @@ func TestE2E_KeysArriveExactly(t *testing.T) {
 		req := charge(s.srv.URL)
 		req.Key = key
 		req.Body = []byte(fmt.Sprintf(`{"amount": %d}`, i+10))
-		in, err := quoted.c.Do(testCtx(t), req)
+		in, err := quoted.c.Do(testkit.Ctx(t), req)
 		require.NoError(t, err, "key %q", key)
 		require.False(t, in.Outcome.Replayed, "key %q got another intent's replay", key)
 	}
@@ -381,7 +382,7 @@ func TestE2E_KeysArriveExactly(t *testing.T) {
 	require.EqualValues(t, 3+len(keys), s.effects.Load())
 
 	for _, bad := range []string{"a\u0085b", "tab\there", "ключ"} {
-		_, err := quoted.c.Do(testCtx(t), &Request{URL: s.srv.URL + "/charges", Key: bad})
+		_, err := quoted.c.Do(testkit.Ctx(t), &Request{URL: s.srv.URL + "/charges", Key: bad})
 		require.ErrorIs(t, err, ErrInvalidRequest, "key %q", bad)
 	}
 }
@@ -409,7 +410,7 @@ func TestE2E_HandlerConflictIsFinal(t *testing.T) {
 			b := setup(t, cfg, nil)
 			req := charge(s.srv.URL)
 			req.Key = fmt.Sprintf("invoice-%d", status)
-			in, err := b.c.Do(testCtx(t), req)
+			in, err := b.c.Do(testkit.Ctx(t), req)
 			require.ErrorIs(t, err, StateFailed, "status %d", status)
 			require.Equal(t, 1, in.Attempts)
 			require.Equal(t, status, in.Outcome.Status)
@@ -432,16 +433,16 @@ func TestDo_SuccessPaysOneFsync(t *testing.T) {
 	b := setup(t, nil, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 	}))
-	ctx := testCtx(t)
-	synced, all := b.c.q.syncedCommits.Load(), b.c.q.commits.Load()
+	ctx := testkit.Ctx(t)
+	synced, all := b.c.q.SyncedCommits.Load(), b.c.q.Commits.Load()
 	in, err := b.c.Do(ctx, &Request{URL: b.srv.URL + "/charges", Body: []byte(`{"amount":1}`)})
 	require.NoError(t, err)
 	require.Equal(t, StateSucceeded, in.State)
-	require.EqualValues(t, 1, b.c.q.syncedCommits.Load()-synced, "one fsync")
-	require.EqualValues(t, 2, b.c.q.commits.Load()-all, "the intent, then the outcome")
+	require.EqualValues(t, 1, b.c.q.SyncedCommits.Load()-synced, "one fsync")
+	require.EqualValues(t, 2, b.c.q.Commits.Load()-all, "the intent, then the outcome")
 	for i := 0; i < 3; i++ { // whichever pooled connection answers
 		var level int
-		require.NoError(t, b.c.q.db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&level))
+		require.NoError(t, b.c.q.DB().QueryRowContext(ctx, "PRAGMA synchronous").Scan(&level))
 		require.Equal(t, 2, level, "synchronous is FULL again")
 	}
 }
@@ -491,10 +492,10 @@ func TestE2E_OutcomeLostAfterTheAnswerCostsOnlyAReplay(t *testing.T) {
 // holds one intent, key, succeeded, with one effect on s and only key sent.
 func resumedIntent(t *testing.T, s *e2eServer, queue, key string) (*Client, *Intent) {
 	t.Helper()
-	c, err := Open(testCtx(t), queue, testConfig())
+	c, err := Open(testkit.Ctx(t), queue, testConfig())
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
-	all, err := c.List(testCtx(t), nil)
+	all, err := c.List(testkit.Ctx(t), nil)
 	require.NoError(t, err)
 	require.Len(t, all, 1)
 	in := all[0]
@@ -528,7 +529,7 @@ func TestE2E_Handler422FreshAndReplayedAgree(t *testing.T) {
 		b := setup(t, cfg, nil) // a queue of its own: the server decides
 		req := charge(s.srv.URL)
 		req.Key = "handler-422"
-		in, err := b.c.Do(testCtx(t), req)
+		in, err := b.c.Do(testkit.Ctx(t), req)
 		require.ErrorIs(t, err, StateFailed, "replayed %v", replayed)
 		require.NotErrorIs(t, err, ErrKeyReused, "replayed %v", replayed)
 		require.Equal(t, replayed, in.Outcome.Replayed)
@@ -536,7 +537,7 @@ func TestE2E_Handler422FreshAndReplayedAgree(t *testing.T) {
 		errs = append(errs, errors.Unwrap(err))
 		// Read back from the file, it is the same error.
 		c2 := b.reopen(t, cfg)
-		stored, err := c2.Wait(testCtx(t), in.ID)
+		stored, err := c2.Wait(testkit.Ctx(t), in.ID)
 		require.ErrorIs(t, err, StateFailed)
 		require.NotErrorIs(t, err, ErrKeyReused)
 		require.Equal(t, StateFailed, stored.State)
@@ -558,7 +559,7 @@ func TestE2E_KeyReused(t *testing.T) {
 	b := setup(t, cfg, nil)
 	first := charge(s.srv.URL)
 	first.Key = "reused"
-	_, err := b.c.Do(testCtx(t), first)
+	_, err := b.c.Do(testkit.Ctx(t), first)
 	require.NoError(t, err)
 
 	for _, round := range []string{"fresh", "again"} {
@@ -567,7 +568,7 @@ func TestE2E_KeyReused(t *testing.T) {
 		second.Key = "reused"
 		second.Body = []byte(`{"amount": 400000, "currency": "eur"}`)
 		// Another queue (another device) reuses the key for another amount.
-		in, err := other.c.Do(testCtx(t), second)
+		in, err := other.c.Do(testkit.Ctx(t), second)
 		require.ErrorIs(t, err, ErrKeyReused, round)
 		require.Equal(t, StateFailed, in.State, round)
 		require.Equal(t, 1, in.Attempts, round)
@@ -576,7 +577,7 @@ func TestE2E_KeyReused(t *testing.T) {
 		require.Contains(t, string(in.Outcome.Body), wire.ProblemType(wire.ProblemKeyReused), round)
 
 		c2 := other.reopen(t, cfg)
-		stored, err := c2.Wait(testCtx(t), in.ID)
+		stored, err := c2.Wait(testkit.Ctx(t), in.ID)
 		require.ErrorIs(t, err, ErrKeyReused, "%s, read back from the file", round)
 		require.Equal(t, StateFailed, stored.State)
 	}
@@ -603,17 +604,17 @@ func TestE2E_OmittedBodyMarkerIsKept(t *testing.T) {
 	first := setup(t, cfg, nil)
 	req := charge(s.srv.URL)
 	req.Key = "omitted-body"
-	in, err := first.c.Do(testCtx(t), req)
+	in, err := first.c.Do(testkit.Ctx(t), req)
 	require.NoError(t, err)
 	require.False(t, in.Outcome.Replayed)
 
 	second := setup(t, cfg, nil) // another queue: the server replays
-	in, err = second.c.Do(testCtx(t), req)
+	in, err = second.c.Do(testkit.Ctx(t), req)
 	require.NoError(t, err)
 	require.True(t, in.Outcome.Replayed)
 	require.Empty(t, in.Outcome.Body)
 	require.Equal(t, "true", in.Outcome.Header.Get("Idempotent-Response-Omitted"))
-	stored, err := second.c.Get(testCtx(t), in.ID)
+	stored, err := second.c.Get(testkit.Ctx(t), in.ID)
 	require.NoError(t, err)
 	require.Equal(t, "true", stored.Outcome.Header.Get("Idempotent-Response-Omitted"), "kept on disk")
 }

@@ -1,10 +1,11 @@
 package idemkit
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"strings"
+
+	"github.com/idemkit/idemkit/internal/policy"
+	"github.com/idemkit/idemkit/internal/queue"
 )
 
 // Sentinel errors, matched with errors.Is. The error of an intent that did
@@ -21,14 +22,14 @@ var (
 	// caller-supplied key is already in the queue with a different request.
 	//
 	//	if errors.Is(err, idemkit.ErrKeyReused) { /* a bug in the caller: mint a new key per intent */ }
-	ErrKeyReused = errors.New("idemkit: idempotency key reused with a different request")
+	ErrKeyReused = queue.ErrKeyReused
 	// ErrNotFound is returned by [Client.Get], [Client.Wait] and
 	// [Client.Cancel] when no intent has the given id.
-	ErrNotFound = errors.New("idemkit: intent not found")
+	ErrNotFound = queue.ErrNotFound
 	// ErrInvalidRequest means a [Request] was refused before it was queued:
 	// a bad method or URL, credentials in the URL, an invalid header or
 	// key, or a body over 10 MiB. Nothing is written.
-	ErrInvalidRequest = errors.New("idemkit: invalid request")
+	ErrInvalidRequest = policy.ErrInvalidRequest
 	// ErrClosed is returned by every method of a [Client] after Close.
 	ErrClosed = errors.New("idemkit: client closed")
 )
@@ -132,140 +133,22 @@ func (e *resultError) Unwrap() error { return e.cause }
 //
 //	var qe *idemkit.QueueError
 //	if errors.As(err, &qe) && qe.Locked() { /* another process holds the queue: try again */ }
-type QueueError struct {
-	// IntentID, Origin and Here are set for a Foreign intent: its id, and
-	// the queue instance that queued it and this one, as "host|path".
-	IntentID, Origin, Here string
-	// Err is the cause: the driver's error, or what could not be decoded.
-	Err error
-
-	problem queueProblem
-}
-
-// queueProblem is what a QueueError is about.
-type queueProblem int
-
-const (
-	queueLocked queueProblem = iota + 1
-	queueReadOnly
-	queueCorrupt
-	queueForeign
-	queueNewer
-)
-
-// Locked reports that another process held the queue file's write lock for
-// longer than the busy timeout. Nothing was written; try again.
-func (e *QueueError) Locked() bool { return e.problem == queueLocked }
-
-// ReadOnly reports that the queue file, or the connection to it, is
-// read-only (SQLite's SQLITE_READONLY). Nothing was written.
-func (e *QueueError) ReadOnly() bool { return e.problem == queueReadOnly }
-
-// Corrupt reports that the queue file is not a SQLite database, is damaged,
-// or holds a row this package cannot decode (named in Err). Open never
-// rewrites such a file; a damaged row is set aside, the others are used.
-func (e *QueueError) Corrupt() bool { return e.problem == queueCorrupt }
-
-// Foreign reports a pending intent that was queued by the queue file at
-// another host or path (the file was copied or moved), or that was never
-// attempted in a queue file restored in place from an older backup (see
-// Client.Adopt): it is not sent from here unless adopted with
-// [Client.Adopt]. [Client.Do] and [Client.Wait]
-// return it for such an intent, with IntentID, Origin and Here set.
 //
-//	if errors.As(err, &qe) && qe.Foreign() { /* check with the API whether it happened, then c.Adopt(ctx, qe.IntentID) */ }
-func (e *QueueError) Foreign() bool { return e.problem == queueForeign }
-
-// Newer reports a queue file migrated by a newer version of this package,
-// whose schema this one cannot write safely. Open refuses it, untouched.
-func (e *QueueError) Newer() bool { return e.problem == queueNewer }
-
-func (e *QueueError) Error() string {
-	var what string
-	switch e.problem {
-	case queueLocked:
-		what = "idemkit: queue file is locked by another process"
-	case queueReadOnly:
-		what = "idemkit: queue file is read-only"
-	case queueCorrupt:
-		what = "idemkit: queue file is corrupt"
-	case queueForeign:
-		if strings.Contains(e.Origin, restoredMark) {
-			return fmt.Sprintf("idemkit: intent %s was never attempted in this queue file, but the file is older than its last use here (restored from a backup: %s): it may have been sent after the backup was taken; it is not sent unless adopted with Client.Adopt", e.IntentID, e.Origin)
-		}
-		return fmt.Sprintf("idemkit: intent %s was queued at %s, not here (%s): the queue file was copied or moved; it is not sent from here unless adopted with Client.Adopt", e.IntentID, e.Origin, e.Here)
-	case queueNewer:
-		what = "idemkit: queue file was migrated by a newer version"
-	default:
-		what = "idemkit: queue file"
-	}
-	if e.Err == nil {
-		return what
-	}
-	return what + ": " + e.Err.Error()
-}
-
-// Unwrap returns Err.
-func (e *QueueError) Unwrap() error { return e.Err }
-
-// queueErrorf returns a QueueError about p, its cause formatted (%w wraps).
-func queueErrorf(p queueProblem, format string, args ...any) *QueueError {
-	return &QueueError{problem: p, Err: fmt.Errorf(format, args...)}
-}
-
-// isQueue reports whether err is (or wraps) a QueueError about p.
-func isQueue(err error, p queueProblem) bool {
-	var qe *QueueError
-	return errors.As(err, &qe) && qe.problem == p
-}
+// Its methods: Locked (another process held the queue file's write lock
+// for longer than the busy timeout; nothing was written; try again),
+// ReadOnly (the file or connection is read-only), Corrupt (not a SQLite
+// database, damaged, or a row that cannot be decoded, named in Err; a
+// damaged row is set aside), Foreign (a pending intent queued by the file
+// at another host or path, or never attempted in a file restored in place
+// from an older backup: not sent from here unless adopted with
+// [Client.Adopt]; Do and Wait return it with IntentID, Origin and Here
+// set), Newer (a queue file migrated by a newer version: Open refuses it,
+// untouched). Its fields: IntentID, Origin, Here (a Foreign intent), Err
+// (the cause).
+type QueueError = queue.Error
 
 // errLeaseLost is internal: another process took the intent over (its lease
 // ran out) or it was canceled, so this process must stop driving it.
-var errLeaseLost = errors.New("idemkit: lease lost")
+var errLeaseLost = queue.ErrLeaseLost
 
-func invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidRequest, fmt.Sprintf(format, args...))
-}
-
-// SQLite result codes the queue interprets (primary codes, low byte).
-const (
-	sqliteBusy     = 5
-	sqliteLocked   = 6
-	sqliteReadOnly = 8
-	sqliteCorrupt  = 11
-	sqliteNotADB   = 26
-)
-
-// interpretError translates driver errors at the queue boundary: by result
-// code when the driver exposes one (modernc.org/sqlite), by message
-// otherwise.
-func interpretError(err error) error {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	if strings.HasPrefix(err.Error(), "idemkit") {
-		return err // ours already (a sentinel, or interpreted before)
-	}
-	var coded interface{ Code() int }
-	if errors.As(err, &coded) {
-		switch coded.Code() & 0xff {
-		case sqliteBusy, sqliteLocked:
-			return &QueueError{problem: queueLocked, Err: err}
-		case sqliteReadOnly:
-			return &QueueError{problem: queueReadOnly, Err: err}
-		case sqliteCorrupt, sqliteNotADB:
-			return &QueueError{problem: queueCorrupt, Err: err}
-		}
-		return fmt.Errorf("idemkit: queue: %w", err)
-	}
-	msg := err.Error()
-	switch {
-	case strings.Contains(msg, "database is locked"), strings.Contains(msg, "SQLITE_BUSY"):
-		return &QueueError{problem: queueLocked, Err: err}
-	case strings.Contains(msg, "readonly database"):
-		return &QueueError{problem: queueReadOnly, Err: err}
-	case strings.Contains(msg, "file is not a database"), strings.Contains(msg, "malformed"):
-		return &QueueError{problem: queueCorrupt, Err: err}
-	}
-	return fmt.Errorf("idemkit: queue: %w", err)
-}
+func invalidf(format string, args ...any) error { return policy.Invalidf(format, args...) }

@@ -112,7 +112,7 @@ func (c *Client) progress(ctx context.Context, force bool) {
 	}
 	c.progAt = now
 	c.progMu.Unlock()
-	counts, err := c.q.counts(context.WithoutCancel(ctx))
+	counts, err := c.counts(context.WithoutCancel(ctx))
 	if err != nil {
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -55,7 +56,7 @@ func TestEvents_DescribeEveryStep(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusCreated)
 	}))
-	in, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL + "/pay?order=secret"})
+	in, err := b.c.Do(testkit.Ctx(t), &Request{URL: b.srv.URL + "/pay?order=secret"})
 	require.NoError(t, err)
 	ev := log.all()
 	require.Equal(t, []EventKind{EventAttemptStarted, EventAnswered, EventRetrying, EventAttemptStarted, EventAnswered, EventEnded}, kinds(ev))
@@ -88,12 +89,12 @@ func TestEvents_LongWaitIsRescheduled(t *testing.T) {
 		w.Header().Set("Retry-After", "3600")
 		w.WriteHeader(http.StatusTooManyRequests)
 	}))
-	ctx, cancel := context.WithCancel(testCtx(t))
+	ctx, cancel := context.WithCancel(testkit.Ctx(t))
 	in, err := b.c.Submit(ctx, &Request{URL: b.srv.URL})
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- b.c.Run(ctx) }()
-	eventually(t, 10*time.Second, func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		for _, e := range log.all() {
 			if e.Kind == EventRetrying && e.Queued {
 				return true
@@ -118,15 +119,6 @@ func TestEvents_LongWaitIsRescheduled(t *testing.T) {
 // Config.HTTPClient.Logger.
 var _ retryablehttp.LeveledLogger = slog.Default()
 
-// TestConfig_LoggerDefaultsToSlogDefault: the default logger is
-// slog.Default() (INFO and up), not a discard handler.
-func TestConfig_LoggerDefaultsToSlogDefault(t *testing.T) {
-	t.Parallel()
-	require.Same(t, slog.Default(), (&Config{}).WithDefaults().Logger)
-	l := slog.New(slog.DiscardHandler)
-	require.Same(t, l, (&Config{Logger: l}).WithDefaults().Logger)
-}
-
 // TestDo_InterruptedKeepsTheAttemptsError: stopping Do while the server
 // is unreachable leaves the connection error as the stored LastError, not
 // "context canceled".
@@ -135,7 +127,7 @@ func TestDo_InterruptedKeepsTheAttemptsError(t *testing.T) {
 	var log eventLog
 	cfg := testConfig()
 	cfg.Backoff = func(time.Duration, time.Duration, int, *http.Response) time.Duration { return 20 * time.Millisecond }
-	ctx, cancel := context.WithCancel(testCtx(t))
+	ctx, cancel := context.WithCancel(testkit.Ctx(t))
 	var n atomic.Int32
 	cfg.OnEventFunc = func(e Event) {
 		log.add(e)
@@ -144,7 +136,7 @@ func TestDo_InterruptedKeepsTheAttemptsError(t *testing.T) {
 		}
 	}
 	b := setup(t, cfg, nil)
-	in, err := b.c.Do(ctx, &Request{URL: "http://" + closedAddr(t) + "/pay"})
+	in, err := b.c.Do(ctx, &Request{URL: "http://" + testkit.ClosedAddr(t) + "/pay"})
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, StatePending, in.State)
 	require.NotContains(t, in.LastError, "context canceled")

@@ -4,9 +4,12 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -36,7 +39,7 @@ func TestGeneration_RestoredInPlaceHoldsUnsentIntents(t *testing.T) {
 		effects.Add(1)
 		w.WriteHeader(http.StatusCreated)
 	}))
-	in, err := b.c.Submit(testCtx(t), &Request{URL: b.srv.URL + "/pay"})
+	in, err := b.c.Submit(testkit.Ctx(t), &Request{URL: b.srv.URL + "/pay"})
 	require.NoError(t, err)
 	backup := b.path + ".bak"
 	db := rawDB(t, b.path)
@@ -45,7 +48,7 @@ func TestGeneration_RestoredInPlaceHoldsUnsentIntents(t *testing.T) {
 	require.NoError(t, db.Close())
 
 	c2 := b.reopen(t, cfg)
-	counts, err := c2.Drain(testCtx(t))
+	counts, err := c2.Drain(testkit.Ctx(t))
 	require.NoError(t, err)
 	require.Equal(t, 1, counts[StateSucceeded])
 	require.NoError(t, c2.Close())
@@ -57,19 +60,19 @@ func TestGeneration_RestoredInPlaceHoldsUnsentIntents(t *testing.T) {
 	}
 	copyFile(t, backup, b.path)
 	c3 := b.reopen(t, cfg)
-	counts, err = c3.Drain(testCtx(t))
+	counts, err = c3.Drain(testkit.Ctx(t))
 	require.NoError(t, err)
 	require.Equal(t, 1, counts[StatePending], "held, not sent: %v", counts)
 	require.EqualValues(t, 1, effects.Load(), "not sent again")
-	_, err = c3.Wait(testCtx(t), in.ID)
+	_, err = c3.Wait(testkit.Ctx(t), in.ID)
 	requireQueueError(t, err, (*QueueError).Foreign)
 	require.Contains(t, err.Error(), "restored from a backup")
 
 	// Adopted on purpose (checked with the API first): sent.
-	n, err := c3.Adopt(testCtx(t), in.ID)
+	n, err := c3.Adopt(testkit.Ctx(t), in.ID)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	counts, err = c3.Drain(testCtx(t))
+	counts, err = c3.Drain(testkit.Ctx(t))
 	require.NoError(t, err)
 	require.Equal(t, 1, counts[StateSucceeded])
 	require.EqualValues(t, 2, effects.Load())
@@ -83,16 +86,26 @@ func TestGeneration_ReopenedQueueIsNotRestored(t *testing.T) {
 	cfg.Logger = discardLogger()
 	b := setup(t, cfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
 	for range 3 {
-		_, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL + "/pay"})
+		_, err := b.c.Do(testkit.Ctx(t), &Request{URL: b.srv.URL + "/pay"})
 		require.NoError(t, err)
 	}
-	in, err := b.c.Submit(testCtx(t), &Request{URL: b.srv.URL + "/later"})
+	in, err := b.c.Submit(testkit.Ctx(t), &Request{URL: b.srv.URL + "/later"})
 	require.NoError(t, err)
-	require.Equal(t, int64(3), readGeneration(b.path+generationSuffix))
+	require.Equal(t, int64(3), readGenerationFile(t, b.path+"-generation"))
 	c2 := b.reopen(t, cfg)
-	got, err := c2.Drain(testCtx(t))
+	got, err := c2.Drain(testkit.Ctx(t))
 	require.NoError(t, err)
 	require.Equal(t, 4, got[StateSucceeded], "%v", got)
-	_, err = c2.Wait(testCtx(t), in.ID)
+	_, err = c2.Wait(testkit.Ctx(t), in.ID)
 	require.NoError(t, err)
+}
+
+// readGenerationFile reads the -generation file next to a queue.
+func readGenerationFile(t *testing.T, path string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	g, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	require.NoError(t, err)
+	return g
 }

@@ -2,11 +2,9 @@ package idemkit
 
 import (
 	"context"
-	"errors"
-	"strings"
 	"time"
 
-	"github.com/idemkit/idemkit/internal/wire"
+	"github.com/idemkit/idemkit/internal/queue"
 )
 
 // Group commit: concurrent Submit calls share one transaction, and so one
@@ -35,7 +33,7 @@ func (c *Client) commitLoop() {
 		case op := <-c.submitCh:
 			batch := c.gather([]*submitOp{op}, last, min(lastTook, gatherWait))
 			start := time.Now()
-			c.q.insertBatch(context.Background(), batch)
+			c.insertBatch(batch)
 			last, lastTook = len(batch), time.Since(start)
 		case <-c.closeCtx.Done():
 			for {
@@ -83,9 +81,7 @@ func (c *Client) gather(batch []*submitOp, want int, wait time.Duration) []*subm
 // submitOp is one Submit waiting for the group committer.
 type submitOp struct {
 	ctx  context.Context
-	p    *prepared
-	id   string
-	now  time.Time
+	n    *queue.NewIntent
 	done chan submitResult
 }
 
@@ -94,82 +90,15 @@ type submitResult struct {
 	err error
 }
 
-// insertBatch inserts every op in one transaction: one fsync for all of
-// them. An op whose context ended before the batch started is skipped.
-//
-// The rows go in with one multi-row INSERT: modernc.org/sqlite compiles a
-// statement on every execution (a *sql.Stmt saves nothing), so a statement
-// per row spent more CPU parsing SQL than inserting. A key already queued,
-// or repeated within the batch, is not in the RETURNING set; only those are
-// looked up, as insertOne does.
-func (q *queue) insertBatch(ctx context.Context, ops []*submitOp) {
-	q.batches.Add(1)
-	results := make([]submitResult, len(ops))
-	err := q.inTx(ctx, func(ex execer) error {
-		live := make([]int, 0, len(ops))
-		for i, op := range ops {
-			if err := op.ctx.Err(); err != nil {
-				results[i].err = err
-				continue
-			}
-			live = append(live, i)
-		}
-		if len(live) == 0 {
-			return nil
-		}
-		var sb strings.Builder
-		sb.Grow(len(sqlInsertIntentHead) + len(live)*len(sqlInsertIntentRow) + len(sqlInsertIntentTail))
-		sb.WriteString(sqlInsertIntentHead)
-		args := make([]any, 0, len(live)*insertIntentArgs)
-		stamps := make([]string, len(ops))
-		for n, i := range live {
-			if n > 0 {
-				sb.WriteByte(',')
-			}
-			sb.WriteString(sqlInsertIntentRow)
-			op := ops[i]
-			stamps[i] = wire.FormatTime(op.now)
-			args = append(args, insertArgs(op.p, op.id, stamps[i], q.self)...)
-		}
-		sb.WriteString(sqlInsertIntentTail)
-		rows, err := ex.QueryContext(ctx, sb.String(), args...)
-		if err != nil {
-			return err
-		}
-		inserted := make(map[string]bool, len(live))
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
-			inserted[id] = true
-		}
-		if err := rows.Close(); err != nil {
-			return err
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, i := range live {
-			op := ops[i]
-			if inserted[op.id] {
-				results[i] = submitResult{insertedIntent(op.p, op.id, stamps[i], q.self), nil}
-				continue
-			}
-			in, err := queuedIntent(ctx, ex, op.p)
-			if err != nil && !errors.Is(err, ErrKeyReused) {
-				return err
-			}
-			results[i] = submitResult{in, err}
-		}
-		return nil
-	})
+// insertBatch inserts every op in one transaction (queue.InsertBatch): one
+// fsync for all of them, and answers each.
+func (c *Client) insertBatch(ops []*submitOp) {
+	ctxs := make([]context.Context, len(ops))
+	ns := make([]*queue.NewIntent, len(ops))
 	for i, op := range ops {
-		r := results[i]
-		if err != nil && r.err == nil {
-			r = submitResult{nil, err}
-		}
-		op.done <- r
+		ctxs[i], ns[i] = op.ctx, op.n
+	}
+	for i, r := range c.q.InsertBatch(context.Background(), ctxs, ns) {
+		ops[i].done <- submitResult{intentOf(r.Intent), r.Err}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/idemkit/idemkit/internal/wire"
 )
 
@@ -31,7 +32,7 @@ func TestHeaderBytes_SurviveResume(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	b := setup(t, nil, nil)
-	in, err := b.c.Submit(testCtx(t), &Request{URL: srv.URL, Header: http.Header{"X-Name": {value}}, Body: body})
+	in, err := b.c.Submit(testkit.Ctx(t), &Request{URL: srv.URL, Header: http.Header{"X-Name": {value}}, Body: body})
 	require.NoError(t, err)
 	require.NoError(t, b.c.Close())
 	var stored []byte
@@ -39,7 +40,7 @@ func TestHeaderBytes_SurviveResume(t *testing.T) {
 	require.Equal(t, wire.EncodeHeader(http.Header{"X-Name": {value}}), stored, "the queue stores the header with the wire codec")
 
 	c := b.reopen(t, testConfig())
-	got, err := c.driveID(testCtx(t), in.ID)
+	got, err := c.driveID(testkit.Ctx(t), in.ID)
 	require.NoError(t, err)
 	require.Equal(t, value, (<-seen).Get("X-Name"), "the request header arrives byte for byte")
 	require.Equal(t, body, got.Outcome.Body)

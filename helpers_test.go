@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -97,37 +96,7 @@ func rawDB(t *testing.T, path string) *sql.DB {
 	return db
 }
 
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, d time.Duration, cond func() bool, msg string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v: %s", d, msg)
-		}
-		timer := time.NewTimer(5 * time.Millisecond)
-		<-timer.C
-	}
-}
-
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
-
-// closedAddr is a loopback address nothing listens on (connection refused).
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
-}
 
 // requireQueueError asserts that err is, or wraps, a *QueueError for which
 // is (a method such as (*QueueError).Locked) reports true.

@@ -2,13 +2,14 @@ package idemkit
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/internal/policy"
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -31,7 +32,7 @@ func TestClient_HorizonNeverCrossed(t *testing.T) {
 		clock.Advance(7 * time.Minute) // each attempt "takes" 7 minutes
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
-	in, err := b.c.Do(testCtx(t), &Request{URL: b.srv.URL})
+	in, err := b.c.Do(testkit.Ctx(t), &Request{URL: b.srv.URL})
 	require.ErrorIs(t, err, StateExpired)
 	require.Equal(t, StateExpired, in.State)
 	require.Nil(t, in.Outcome, "the outcome is unknown")
@@ -67,21 +68,21 @@ func TestClient_LongRetryAfter(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusOK)
 	}))
-	ctx, cancel := context.WithCancel(testCtx(t))
+	ctx, cancel := context.WithCancel(testkit.Ctx(t))
 	defer cancel()
 	slow, err := b.c.Submit(ctx, &Request{URL: b.srv.URL + "/slow"})
 	require.NoError(t, err)
 	runErr := make(chan error, 1)
 	go func() { runErr <- b.c.Run(ctx) }()
 
-	eventually(t, 10*time.Second, func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		in, _ := b.c.Get(ctx, slow.ID)
 		return in != nil && in.Attempts == 1 && in.NextAttemptAt.After(clock.Now().Add(time.Hour))
 	}, "long wait persisted as next_attempt_at")
 	in, err := b.c.Get(ctx, slow.ID)
 	require.NoError(t, err)
-	hz := horizon{window: 2 * time.Hour, safety: b.c.cfg.SafetyMargin}
-	lead := hz.lead()
+	hz := policy.Horizon{Window: 2 * time.Hour, Safety: b.c.cfg.SafetyMargin}
+	lead := hz.Lead()
 	require.Equal(t, in.Horizon.Add(-lead), in.NextAttemptAt, "a year is clamped to just before the horizon")
 
 	// The worker moved on: another intent is sent meanwhile.
@@ -118,7 +119,7 @@ func TestClient_WindowLearned(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusOK)
 	}))
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	in, err := b.c.Do(ctx, &Request{URL: b.srv.URL})
 	require.NoError(t, err)
 	// 24h configured, 600s advertised: margin min(1m, 60s) = 1m.
@@ -128,9 +129,9 @@ func TestClient_WindowLearned(t *testing.T) {
 	c2 := b.reopen(t, cfg)
 	in2, err := c2.Submit(ctx, &Request{URL: b.srv.URL + "/other"})
 	require.NoError(t, err)
-	cl, err := c2.q.claim(ctx, in2.ID, clock.Now(), time.Minute, c2.plan(clock.Now()))
+	cl, err := c2.q.Claim(ctx, in2.ID, clock.Now(), time.Minute, nil)
 	require.NoError(t, err)
-	require.Equal(t, clock.Now().Add(9*time.Minute), cl.in.Horizon)
+	require.Equal(t, clock.Now().Add(9*time.Minute), cl.Intent.Horizon)
 	var secs int
 	require.NoError(t, rawDB(t, b.path).QueryRow(`SELECT window_seconds FROM idemkit_hosts`).Scan(&secs))
 	require.Equal(t, 600, secs)
@@ -148,10 +149,10 @@ func TestClient_HorizonNeverExtended(t *testing.T) {
 		w.Header().Set("Retry-After", "600")
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	in, err := b.c.Submit(ctx, &Request{URL: b.srv.URL})
 	require.NoError(t, err)
-	cl, err := b.c.q.claim(ctx, in.ID, clock.Now(), time.Minute, b.c.plan(clock.Now()))
+	cl, err := b.c.q.Claim(ctx, in.ID, clock.Now(), time.Minute, nil)
 	require.NoError(t, err)
 	_, err = b.c.send(ctx, cl, false)
 	require.NoError(t, err)
@@ -168,10 +169,10 @@ func TestClient_HorizonNeverExtended(t *testing.T) {
 	cfg2.timeNowFunc = clock2.Now
 	c2 := b.reopen(t, cfg2)
 	clock2.Set(first.NextAttemptAt) // due again
-	cl, err = c2.q.claim(ctx, in.ID, c2.now(), time.Minute, c2.plan(c2.now()))
+	cl, err = c2.q.Claim(ctx, in.ID, c2.now(), time.Minute, nil)
 	require.NoError(t, err)
 	require.NotNil(t, cl)
-	require.Equal(t, first.Horizon, cl.in.Horizon, "stored horizon is never extended")
+	require.Equal(t, first.Horizon, cl.Intent.Horizon, "stored horizon is never extended")
 
 	// Within a process the clock never goes back.
 	before := c2.now()
@@ -199,10 +200,10 @@ func TestClient_ExpiresWithoutSending(t *testing.T) {
 				w.Header().Set("Retry-After", "600")
 				w.WriteHeader(http.StatusServiceUnavailable)
 			}))
-			ctx := testCtx(t)
+			ctx := testkit.Ctx(t)
 			in, err := b.c.Submit(ctx, &Request{URL: b.srv.URL})
 			require.NoError(t, err)
-			cl, err := b.c.q.claim(ctx, in.ID, clock.Now(), time.Minute, b.c.plan(clock.Now()))
+			cl, err := b.c.q.Claim(ctx, in.ID, clock.Now(), time.Minute, nil)
 			require.NoError(t, err)
 			_, err = b.c.send(ctx, cl, false)
 			require.NoError(t, err)
@@ -226,29 +227,4 @@ func TestClient_ExpiresWithoutSending(t *testing.T) {
 			require.Contains(t, got.LastError, "status 503")
 		})
 	}
-}
-
-// TestClient_CloseStopsDo: Close cancels a Do in flight and waits for it;
-// the intent stays queued.
-func TestClient_CloseStopsDo(t *testing.T) {
-	t.Parallel()
-	entered := make(chan struct{})
-	var once sync.Once
-	b := setup(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.ReadAll(r.Body) // the server notices a closed connection only then
-		once.Do(func() { close(entered) })
-		<-r.Context().Done()
-	}))
-	errc := make(chan error, 1)
-	go func() {
-		_, err := b.c.Do(context.Background(), &Request{URL: b.srv.URL, Body: []byte("x")})
-		errc <- err
-	}()
-	<-entered
-	require.NoError(t, b.c.Close())
-	require.ErrorIs(t, <-errc, ErrClosed)
-	c2 := b.reopen(t, nil)
-	got, err := c2.List(testCtx(t), &ListOptions{State: StatePending})
-	require.NoError(t, err)
-	require.Len(t, got, 1, "still queued")
 }

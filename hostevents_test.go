@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -22,7 +23,7 @@ import (
 // line carries the key.
 func TestEvents_HostDownProbingBackAndProgress(t *testing.T) {
 	t.Parallel()
-	addr := closedAddr(t)
+	addr := testkit.ClosedAddr(t)
 	var mu sync.Mutex
 	var kinds []EventKind
 	var last map[IntentState]int
@@ -45,7 +46,7 @@ func TestEvents_HostDownProbingBackAndProgress(t *testing.T) {
 	b := setup(t, cfg, nil)
 	const key = "order-secret-4711"
 	for i := range 3 {
-		_, err := b.c.Submit(testCtx(t), &Request{URL: "http://" + addr + "/pay", Key: fmt.Sprintf("%s-%d", key, i)})
+		_, err := b.c.Submit(testkit.Ctx(t), &Request{URL: "http://" + addr + "/pay", Key: fmt.Sprintf("%s-%d", key, i)})
 		require.NoError(t, err)
 	}
 	go func() {
@@ -59,7 +60,7 @@ func TestEvents_HostDownProbingBackAndProgress(t *testing.T) {
 		srv.Start()
 		t.Cleanup(srv.Close)
 	}()
-	ctx, cancel := context.WithTimeout(testCtx(t), 30*time.Second)
+	ctx, cancel := context.WithTimeout(testkit.Ctx(t), 30*time.Second)
 	defer cancel()
 	counts, err := b.c.Drain(ctx)
 	require.NoError(t, err)

@@ -2,14 +2,8 @@ package idemkit
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"os"
-	"path/filepath"
 	"strings"
-	"time"
-
-	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // A queue knows where it lives. Its first open records the host and the
@@ -39,86 +33,6 @@ func hostID() string {
 	return name
 }
 
-// mainFile returns the file of db's main database, resolved: "" for an
-// in-memory or temporary database, which newClient refuses.
-func mainFile(ctx context.Context, db *sql.DB) (string, error) {
-	rows, err := db.QueryContext(ctx, `PRAGMA database_list`)
-	if err != nil {
-		return "", interpretError(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var seq int
-		var name, file string
-		if err := rows.Scan(&seq, &name, &file); err != nil {
-			return "", interpretError(err)
-		}
-		if name != "main" {
-			continue
-		}
-		if file == "" {
-			return "", nil
-		}
-		if abs, err := filepath.Abs(file); err == nil {
-			file = abs
-		}
-		if real, err := filepath.EvalSymlinks(file); err == nil {
-			file = real
-		}
-		return file, nil
-	}
-	return "", interpretError(rows.Err())
-}
-
-// errInMemory refuses a database that does not outlive its connection.
-var errInMemory = errors.New("idemkit: the queue database is in memory (or temporary): an intent would vanish with the process; give Open a file path")
-
-// locate records the queue's instance if it has none, and sets q.self
-// (this client) and q.origin (the recorded one).
-func (q *queue) locate(ctx context.Context, host, path string, now time.Time) error {
-	q.self = host + "|" + path
-	return q.inTx(ctx, func(ex execer) error {
-		if _, err := ex.ExecContext(ctx, `INSERT INTO idemkit_instance (id, host, path, created_at) VALUES (1, ?, ?, ?)
-			ON CONFLICT (id) DO NOTHING`, host, path, wire.FormatTime(now)); err != nil {
-			return err
-		}
-		var h, p string
-		if err := ex.QueryRowContext(ctx, `SELECT host, path FROM idemkit_instance WHERE id = 1`).Scan(&h, &p); err != nil {
-			return err
-		}
-		q.origin = h + "|" + p
-		return nil
-	})
-}
-
-// instanceOf is the instance that queued in.
-func (q *queue) instanceOf(in *Intent) string {
-	if in.instance == "" {
-		return q.origin
-	}
-	return in.instance
-}
-
-// foreign returns a Foreign QueueError if in is pending and was queued by
-// another instance.
-func (q *queue) foreign(in *Intent) error {
-	if in.State != StatePending {
-		return nil
-	}
-	if o := q.instanceOf(in); o != q.self {
-		return &QueueError{problem: queueForeign, IntentID: in.ID, Origin: o, Here: q.self}
-	}
-	return nil
-}
-
-// countForeign counts the pending intents queued by another instance.
-func (q *queue) countForeign(ctx context.Context) (int, error) {
-	var n int
-	err := q.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM idemkit_intents
-		WHERE state = 'pending' AND COALESCE(instance, ?1) <> ?2`, q.origin, q.self).Scan(&n)
-	return n, interpretError(err)
-}
-
 // Adopt makes pending intents queued by the queue file at another host or
 // path (see [QueueError.Foreign]) this instance's own, so that they are
 // sent from here: the intent with the given id, or every such intent when
@@ -129,22 +43,13 @@ func (c *Client) Adopt(ctx context.Context, id string) (int, error) {
 	if c.closed() {
 		return 0, ErrClosed
 	}
-	var n int64
-	err := c.q.inTx(ctx, func(ex execer) error {
-		res, err := ex.ExecContext(ctx, `UPDATE idemkit_intents SET instance = ?1
-			WHERE state = 'pending' AND COALESCE(instance, ?2) <> ?1 AND (?3 = '' OR id = ?3)`, c.q.self, c.q.origin, id)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
+	n, err := c.q.Adopt(ctx, id)
 	if err != nil {
 		return 0, err
 	}
 	if n > 0 {
-		c.log.Info("idemkit: adopted intents queued elsewhere", "count", n, "here", c.q.self)
+		c.log.Info("idemkit: adopted intents queued elsewhere", "count", n, "here", c.q.Self())
 		c.poke()
 	}
-	return int(n), nil
+	return n, nil
 }

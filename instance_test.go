@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -50,7 +51,7 @@ func TestInstance_CopiedQueueDoesNotResendForeignIntents(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	b := setup(t, nil, nil)
-	old, err := b.c.Submit(testCtx(t), &Request{URL: srv.URL + "/charges", Body: []byte(`{"amount":1}`)})
+	old, err := b.c.Submit(testkit.Ctx(t), &Request{URL: srv.URL + "/charges", Body: []byte(`{"amount":1}`)})
 	require.NoError(t, err)
 	require.NoError(t, b.c.Close())
 
@@ -62,27 +63,27 @@ func TestInstance_CopiedQueueDoesNotResendForeignIntents(t *testing.T) {
 
 	runFor(t, c, 300*time.Millisecond)
 	require.Zero(t, hits.Load(), "nothing sent from the copy")
-	_, err = c.Wait(testCtx(t), old.ID)
+	_, err = c.Wait(testkit.Ctx(t), old.ID)
 	var fe *QueueError
 	require.ErrorAs(t, err, &fe)
 	require.True(t, fe.Foreign())
 	require.Equal(t, old.ID, fe.IntentID)
 	require.Contains(t, fe.Origin, b.path)
 	require.Contains(t, fe.Here, "copy.db")
-	in, err := c.Do(testCtx(t), &Request{URL: srv.URL + "/charges", Body: []byte(`{"amount":1}`), Key: old.Key})
+	in, err := c.Do(testkit.Ctx(t), &Request{URL: srv.URL + "/charges", Body: []byte(`{"amount":1}`), Key: old.Key})
 	require.ErrorAs(t, err, &fe, "Do with the same key does not send it either")
 	require.Equal(t, old.ID, in.ID, "and returns the queued intent")
 	require.Zero(t, hits.Load())
 
-	mine, err := c.Do(testCtx(t), &Request{URL: srv.URL + "/charges", Body: []byte(`{"amount":2}`)})
+	mine, err := c.Do(testkit.Ctx(t), &Request{URL: srv.URL + "/charges", Body: []byte(`{"amount":2}`)})
 	require.NoError(t, err, "an intent queued here is sent")
 	require.Equal(t, StateSucceeded, mine.State)
 	require.EqualValues(t, 1, hits.Load())
 
-	n, err := c.Adopt(testCtx(t), old.ID)
+	n, err := c.Adopt(testkit.Ctx(t), old.ID)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	got, err := c.Do(testCtx(t), &Request{URL: srv.URL + "/charges", Body: []byte(`{"amount":1}`), Key: old.Key})
+	got, err := c.Do(testkit.Ctx(t), &Request{URL: srv.URL + "/charges", Body: []byte(`{"amount":1}`), Key: old.Key})
 	require.NoError(t, err)
 	require.Equal(t, StateSucceeded, got.State)
 	require.EqualValues(t, 2, hits.Load())
@@ -93,19 +94,19 @@ func TestInstance_CopiedQueueDoesNotResendForeignIntents(t *testing.T) {
 func TestInstance_AnotherHostRefuses(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil, nil)
-	in, err := b.c.Submit(testCtx(t), &Request{URL: "http://127.0.0.1:1/x"})
+	in, err := b.c.Submit(testkit.Ctx(t), &Request{URL: "http://127.0.0.1:1/x"})
 	require.NoError(t, err)
 	cfg := testConfig()
 	cfg.instanceHost = "another-host"
 	other := b.reopen(t, cfg)
-	_, err = other.Wait(testCtx(t), in.ID)
+	_, err = other.Wait(testkit.Ctx(t), in.ID)
 	var fe *QueueError
 	require.ErrorAs(t, err, &fe)
 	require.True(t, fe.Foreign())
-	n, err := other.Adopt(testCtx(t), "")
+	n, err := other.Adopt(testkit.Ctx(t), "")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	n, err = other.Adopt(testCtx(t), "")
+	n, err = other.Adopt(testkit.Ctx(t), "")
 	require.NoError(t, err)
 	require.Zero(t, n, "adopted once")
 }
@@ -114,7 +115,7 @@ func TestInstance_AnotherHostRefuses(t *testing.T) {
 // cannot keep the promise that a returned Submit is on disk.
 func TestInstance_InMemoryRefused(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	for _, p := range []string{"file::memory:", ":memory:", "file:q.db?mode=memory"} {
 		_, err := Open(ctx, p, nil)
 		require.Error(t, err, p)
@@ -141,11 +142,11 @@ func TestDo_ReturnsIntentWhenLaterWriteFails(t *testing.T) {
 	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(50)&_pragma=journal_mode(WAL)&_txlock=immediate")
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	c, err := NewClient(testCtx(t), db, testConfig())
+	c, err := NewClient(testkit.Ctx(t), db, testConfig())
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 
-	lock, err := rawDB(t, path).Conn(testCtx(t))
+	lock, err := rawDB(t, path).Conn(testkit.Ctx(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { lock.Close() })
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -157,13 +158,13 @@ func TestDo_ReturnsIntentWhenLaterWriteFails(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	}))
 	t.Cleanup(srv.Close)
-	in, err := c.Do(testCtx(t), &Request{URL: srv.URL})
+	in, err := c.Do(testkit.Ctx(t), &Request{URL: srv.URL})
 	requireQueueError(t, err, (*QueueError).Locked)
 	require.NotNil(t, in, "the persisted intent is returned")
 	require.NotEmpty(t, in.ID)
 	_, err = lock.ExecContext(context.Background(), "ROLLBACK")
 	require.NoError(t, err)
-	got, err := c.Get(testCtx(t), in.ID)
+	got, err := c.Get(testkit.Ctx(t), in.ID)
 	require.NoError(t, err)
 	require.Equal(t, StatePending, got.State, "resumed later, with the same key")
 	require.False(t, errors.Is(err, ErrNotFound))

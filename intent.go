@@ -3,6 +3,9 @@ package idemkit
 import (
 	"net/http"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/policy"
+	"github.com/idemkit/idemkit/internal/queue"
 )
 
 // IntentState is the state of an [Intent]. It is also the error of an
@@ -48,7 +51,7 @@ func (s IntentState) valid() bool {
 // maxBodySize is the largest request body a [Request] may carry (10 MiB).
 // Larger bodies are refused with [ErrInvalidRequest]; the stored response
 // body of an Outcome is cut at the same size.
-const maxBodySize = 10 << 20
+const maxBodySize = policy.MaxBodySize
 
 // Request is what the caller wants sent, once, with one key.
 type Request struct {
@@ -181,4 +184,40 @@ type ListOptions struct {
 	UpdatedSince time.Time
 	// Limit is the maximum number of intents. Defaults to 100.
 	Limit int
+}
+
+// intentOf is the intent as the queue returned it, as the API shows it.
+func intentOf(qi *queue.Intent) *Intent {
+	if qi == nil {
+		return nil
+	}
+	in := &Intent{ID: qi.ID, Key: qi.Key, State: IntentState(qi.State), Method: qi.Method, URL: qi.URL,
+		Header: qi.Header, Body: qi.Body, Fingerprint: qi.Fingerprint, Attempts: qi.Attempts,
+		NextAttemptAt: qi.NextAttemptAt, FirstAttemptAt: qi.FirstAttemptAt, Horizon: qi.Horizon,
+		CreatedAt: qi.CreatedAt, UpdatedAt: qi.UpdatedAt, LastError: qi.LastError,
+		CredentialHeaders: qi.CredentialHeaders, LeasedUntil: qi.LeasedUntil, HolderPID: qi.HolderPID,
+		HolderHost: qi.HolderHost, Unanswered: qi.Unanswered, instance: qi.Instance, keyForm: qi.KeyForm}
+	if o := qi.Outcome; o != nil {
+		in.Outcome = &Outcome{Status: o.Status, Header: o.Header, Body: o.Body, Replayed: o.Replayed, keyReused: o.KeyReused}
+	}
+	return in
+}
+
+// queued is in as the queue holds it (what Foreign reads).
+func (in *Intent) queued() *queue.Intent {
+	return &queue.Intent{ID: in.ID, State: queue.State(in.State), Instance: in.instance}
+}
+
+// storedOutcome is o as the queue stores it.
+func storedOutcome(o *Outcome) *queue.Outcome {
+	if o == nil {
+		return nil
+	}
+	return &queue.Outcome{Status: o.Status, Header: o.Header, Body: o.Body, Replayed: o.Replayed, KeyReused: o.keyReused}
+}
+
+// attemptOf is an attempt log entry as the API shows it.
+func attemptOf(a *queue.Attempt) *Attempt {
+	return &Attempt{N: a.N, Token: a.Token, StartedAt: a.StartedAt, FinishedAt: a.FinishedAt, Status: a.Status,
+		Error: a.Error, Replayed: a.Replayed, NotSent: a.NotSent}
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/migrate"
+	"github.com/idemkit/idemkit/internal/queue"
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/idemkit/idemkit/internal/wire"
 )
 
@@ -79,10 +81,10 @@ func migrationVersions(t *testing.T, db *sql.DB) []int {
 // works as any other, and opening it again applies nothing twice.
 func TestMigrate_From001(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	path := filepath.Join(t.TempDir(), "queue.db")
 	db := rawDB(t, path)
-	script, err := schemaFS.ReadFile("schema/001_create_queue.up.sql")
+	script, err := queue.Schema.ReadFile("schema/001_create_queue.up.sql")
 	require.NoError(t, err)
 	_, err = db.ExecContext(ctx, string(script))
 	require.NoError(t, err)
@@ -232,7 +234,7 @@ func TestQueue_LeaseOwnerLifecycle(t *testing.T) {
 		}
 		w.WriteHeader(code)
 	}))
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	db := rawDB(t, b.path)
 	ownerOf := func(id string) *string {
 		var o *string
@@ -249,7 +251,7 @@ func TestQueue_LeaseOwnerLifecycle(t *testing.T) {
 	for i, s := range seenOwners {
 		require.NoError(t, s.err)
 		require.NotNil(t, s.owner, "attempt %d names its holder", i+1)
-		require.Equal(t, b.c.q.owner, *s.owner)
+		require.Equal(t, b.c.q.Owner(), *s.owner)
 	}
 	mu.Unlock()
 	require.Nil(t, ownerOf(in.ID), "cleared when the intent ended")
@@ -257,10 +259,10 @@ func TestQueue_LeaseOwnerLifecycle(t *testing.T) {
 	// A persisted wait (Retry-After: 1h) releases the lease.
 	later, err := b.c.Submit(ctx, &Request{URL: b.srv.URL + "/later"})
 	require.NoError(t, err)
-	cl, err := b.c.q.claim(ctx, later.ID, time.Now(), time.Minute, b.c.plan(time.Now()))
+	cl, err := b.c.q.Claim(ctx, later.ID, time.Now(), time.Minute, nil)
 	require.NoError(t, err)
 	require.NotNil(t, cl)
-	require.Equal(t, b.c.q.owner, *ownerOf(later.ID))
+	require.Equal(t, b.c.q.Owner(), *ownerOf(later.ID))
 	got, err := b.c.send(ctx, cl, false)
 	require.NoError(t, err)
 	require.True(t, got.NextAttemptAt.After(time.Now().Add(30*time.Minute)))
@@ -269,7 +271,7 @@ func TestQueue_LeaseOwnerLifecycle(t *testing.T) {
 	// A canceled lease names no holder.
 	cancelMe, err := b.c.Submit(ctx, &Request{URL: b.srv.URL + "/never"})
 	require.NoError(t, err)
-	cl, err = b.c.q.claim(ctx, cancelMe.ID, time.Now(), time.Minute, b.c.plan(time.Now()))
+	cl, err = b.c.q.Claim(ctx, cancelMe.ID, time.Now(), time.Minute, nil)
 	require.NoError(t, err)
 	require.NotNil(t, cl)
 	require.NoError(t, b.c.Cancel(ctx, cancelMe.ID))
@@ -278,18 +280,19 @@ func TestQueue_LeaseOwnerLifecycle(t *testing.T) {
 	// A released lease (the caller's context ended) names no holder.
 	rel, err := b.c.Submit(ctx, &Request{URL: b.srv.URL + "/released"})
 	require.NoError(t, err)
-	cl, err = b.c.q.claim(ctx, rel.ID, time.Now(), time.Minute, b.c.plan(time.Now()))
+	cl, err = b.c.q.Claim(ctx, rel.ID, time.Now(), time.Minute, nil)
 	require.NoError(t, err)
-	require.NoError(t, b.c.q.reschedule(ctx, cl.lease, time.Now(), wait{due: time.Now(), lastErr: "released"}))
+	_, err = b.c.q.Apply(ctx, cl.Lease, time.Now(), queue.Change{State: queue.Pending, Due: time.Now(), LastError: "released"})
+	require.NoError(t, err)
 	require.Nil(t, ownerOf(rel.ID))
 
 	// A 001 client's claim (token moved, holder not named), once the lease
 	// ran out by its clock, clears the name of the previous holder, who no
 	// longer holds the lease; a claim that names its holder keeps it.
-	cl, err = b.c.q.claim(ctx, rel.ID, time.Now(), time.Minute, b.c.plan(time.Now()))
+	cl, err = b.c.q.Claim(ctx, rel.ID, time.Now(), time.Minute, nil)
 	require.NoError(t, err)
 	require.NotNil(t, cl)
-	require.Equal(t, b.c.q.owner, *ownerOf(rel.ID), "a claim after a release names its holder")
+	require.Equal(t, b.c.q.Owner(), *ownerOf(rel.ID), "a claim after a release names its holder")
 	ranOut := time.Now().Add(2 * time.Minute)
 	_, err = db.ExecContext(ctx, `UPDATE idemkit_intents SET lease_token = lease_token + 1, attempts = attempts + 1, next_attempt_at = ?, updated_at = ? WHERE id = ?`,
 		wire.FormatTime(ranOut.Add(time.Minute)), wire.FormatTime(ranOut), rel.ID)
@@ -305,7 +308,7 @@ func TestQueue_LeaseOwnerLifecycle(t *testing.T) {
 
 func mustGet(t *testing.T, c *Client, id string) *Intent {
 	t.Helper()
-	in, err := c.Get(testCtx(t), id)
+	in, err := c.Get(testkit.Ctx(t), id)
 	require.NoError(t, err)
 	return in
 }
@@ -314,19 +317,19 @@ func mustGet(t *testing.T, c *Client, id string) *Intent {
 // number of the last embedded migration, and what a fresh queue records.
 func TestQueueSchemaVersion_IsTheLastMigration(t *testing.T) {
 	t.Parallel()
-	names, err := fs.Glob(schemaFS, "schema/*.sql")
+	names, err := fs.Glob(queue.Schema, "schema/*.sql")
 	require.NoError(t, err)
 	sort.Strings(names)
 	last, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(names[len(names)-1], "schema/"), "_", 2)[0])
 	require.NoError(t, err)
-	require.Equal(t, last, queueSchemaVersion)
+	require.Equal(t, last, queue.SchemaVersion)
 	b := setup(t, nil, nil)
 	var v int
 	require.NoError(t, rawDB(t, b.path).QueryRow(`SELECT MAX(version) FROM idemkit_client_migrations`).Scan(&v))
-	require.Equal(t, queueSchemaVersion, v)
-	got, err := b.c.SchemaVersion(testCtx(t))
+	require.Equal(t, queue.SchemaVersion, v)
+	got, err := b.c.SchemaVersion(testkit.Ctx(t))
 	require.NoError(t, err)
-	require.Equal(t, queueSchemaVersion, got)
+	require.Equal(t, queue.SchemaVersion, got)
 }
 
 // TestMigrate_LeaseEndMovesToLeasedUntil: a queue file at schema 005, with
@@ -336,13 +339,13 @@ func TestQueueSchemaVersion_IsTheLastMigration(t *testing.T) {
 // its lease ends and the other is.
 func TestMigrate_LeaseEndMovesToLeasedUntil(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	path := filepath.Join(t.TempDir(), "queue.db")
 	db := rawDB(t, path)
 	_, err := db.ExecContext(ctx, migrationsTable)
 	require.NoError(t, err)
 	for v, name := range []string{"001_create_queue", "002_lease_owner", "003_outcome_key_reused", "004_instance", "005_credential_headers"} {
-		script, err := schemaFS.ReadFile("schema/" + name + ".up.sql")
+		script, err := queue.Schema.ReadFile("schema/" + name + ".up.sql")
 		require.NoError(t, err)
 		_, err = db.ExecContext(ctx, string(script))
 		require.NoError(t, err)
@@ -378,10 +381,10 @@ func TestMigrate_LeaseEndMovesToLeasedUntil(t *testing.T) {
 	}
 	held := mustGet(t, c, "held")
 	require.Equal(t, leaseEnd, wire.FormatTime(held.NextAttemptAt), "a held intent is next attempted when its lease ends")
-	cl, err := c.q.claim(ctx, "held", now, time.Minute, c.plan(now))
+	cl, err := c.q.Claim(ctx, "held", now, time.Minute, nil)
 	require.NoError(t, err)
 	require.Nil(t, cl, "still leased")
-	cl, err = c.q.claim(ctx, "due", now, time.Minute, c.plan(now))
+	cl, err = c.q.Claim(ctx, "due", now, time.Minute, nil)
 	require.NoError(t, err)
 	require.NotNil(t, cl, "due and not leased")
 }
@@ -396,9 +399,9 @@ func TestOpen_RefusesANewerQueue(t *testing.T) {
 	require.NoError(t, b.c.Close())
 	db := rawDB(t, b.path)
 	_, err := db.Exec(`INSERT INTO idemkit_client_migrations (version, name, applied_at) VALUES (?, 'from_the_future', ?)`,
-		queueSchemaVersion+1, wire.FormatTime(time.Now()))
+		queue.SchemaVersion+1, wire.FormatTime(time.Now()))
 	require.NoError(t, err)
-	_, err = Open(testCtx(t), b.path, testConfig())
+	_, err = Open(testkit.Ctx(t), b.path, testConfig())
 	requireQueueError(t, err, (*QueueError).Newer)
 	require.ErrorIs(t, err, migrate.ErrNewerSchema)
 	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8}, migrationVersions(t, db))
@@ -412,11 +415,11 @@ func TestOpen_RefusesANewerQueue(t *testing.T) {
 func TestMigrate_OlderClientCannotClaimALiveLease(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil, nil)
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	in, err := b.c.Submit(ctx, &Request{URL: "http://127.0.0.1:1/x"})
 	require.NoError(t, err)
 	now := time.Now()
-	cl, err := b.c.q.claim(ctx, in.ID, now, time.Minute, b.c.plan(now))
+	cl, err := b.c.q.Claim(ctx, in.ID, now, time.Minute, nil)
 	require.NoError(t, err)
 	require.NotNil(t, cl)
 	const claim005 = `UPDATE idemkit_intents SET
@@ -435,9 +438,9 @@ func TestMigrate_OlderClientCannotClaimALiveLease(t *testing.T) {
 	require.ErrorContains(t, err, "leased")
 	var token int64
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT lease_token FROM idemkit_intents WHERE id = ?`, in.ID).Scan(&token))
-	require.Equal(t, cl.token, token, "the live lease is untouched")
+	require.Equal(t, cl.Token, token, "the live lease is untouched")
 
 	require.NoError(t, old(now.Add(2*time.Minute)), "a lease that ran out may be claimed")
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT lease_token FROM idemkit_intents WHERE id = ?`, in.ID).Scan(&token))
-	require.Equal(t, cl.token+1, token)
+	require.Equal(t, cl.Token+1, token)
 }

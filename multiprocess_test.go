@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -193,7 +194,7 @@ func TestMultiProcess_NeverInFlightTwice(t *testing.T) {
 		mu.Unlock()
 		w.WriteHeader(status)
 	}))
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	for i := 0; i < n; i++ {
 		_, err := b.c.Submit(ctx, &Request{URL: fmt.Sprintf("%s/i/%d", b.srv.URL, i)})
 		require.NoError(t, err)

@@ -117,43 +117,21 @@ func (p *probes) handoff(host, id string, next time.Time) string {
 	return ""
 }
 
-// noAnswer plans the next attempt of an intent whose attempt on s.host
-// got no answer, given the policy's next: capped at probeInterval if it
-// is the host's probe. A probe spends at most half of its
-// MaxAttemptsPerHour budget probing (the rest is for its own backoff):
-// past that, handoff is true and another waiting intent probes. The budget
-// itself is applied by the caller.
-func (s *sending) noAnswer(ctx context.Context, now, next time.Time) (_ time.Time, handoff bool) {
-	if !s.c.probes.wants(s.host, s.in.ID, now) {
-		return next, false
+// noAnswer says how the next attempt of intent id, whose attempt on host
+// got no answer at now is capped (policy.Facts.Probe): at probeInterval if
+// it is the host's probe, not at all otherwise. A probe spends at most
+// half of its MaxAttemptsPerHour budget probing (the rest is for its own
+// backoff): past that, handoff is true and another waiting intent probes.
+// The budget itself is applied by the policy.
+func (c *Client) noAnswer(ctx context.Context, host, id string, now time.Time) (probe time.Duration, handoff bool) {
+	if !c.probes.wants(host, id, now) {
+		return 0, false
 	}
-	if half := s.c.cfg.MaxAttemptsPerHour / 2; half > 0 {
-		t, err := s.c.q.nthLastAttempt(ctx, s.in.ID, half)
+	if half := c.cfg.MaxAttemptsPerHour / 2; half > 0 {
+		t, err := c.q.NthLastAttempt(ctx, id, half)
 		if err != nil || (!t.IsZero() && t.After(now.Add(-time.Hour))) {
-			return next, true
+			return 0, true
 		}
 	}
-	if p := now.Add(probeInterval); p.Before(next) {
-		return p, false
-	}
-	return next, false
-}
-
-// wakeHost makes the intents waiting for host (other than id, which just
-// got an answer from it) due now: the host is reachable again.
-func (c *Client) wakeHost(ctx context.Context, host, id string, now time.Time) {
-	ids := c.probes.answered(host, id)
-	if len(ids) == 0 {
-		return
-	}
-	n, err := c.q.makeDue(ctx, ids, now)
-	if err != nil {
-		c.log.Warn("idemkit: could not make the intents waiting for a host due", "host", host, "error", err)
-		return
-	}
-	if n > 0 {
-		c.log.Debug("idemkit: the intents waiting for the host are due now", "host", host, "intents", n)
-		c.poke()
-		c.broadcast()
-	}
+	return probeInterval, false
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idemkit/internal/policy"
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/idemkit/idemkit/internal/wire"
 )
 
@@ -27,7 +29,7 @@ func TestRun_FirstSuccessSoonAfterTheServerReturns(t *testing.T) {
 	cfg.timeNowFunc = clock.Now
 	cfg.Concurrency = 2
 	cfg.MaxSleep = time.Millisecond // every wait goes to the queue: the clock decides
-	cfg.Backoff = func(time.Duration, time.Duration, int, *http.Response) time.Duration { return backoffCap }
+	cfg.Backoff = func(time.Duration, time.Duration, int, *http.Response) time.Duration { return policy.BackoffCap }
 	var up atomic.Bool
 	var mu sync.Mutex
 	var succeeded []time.Time
@@ -44,7 +46,7 @@ func TestRun_FirstSuccessSoonAfterTheServerReturns(t *testing.T) {
 		mu.Unlock()
 		w.WriteHeader(http.StatusCreated)
 	}))
-	ctx, cancel := context.WithCancel(testCtx(t))
+	ctx, cancel := context.WithCancel(testkit.Ctx(t))
 	const n = 5
 	for range n {
 		_, err := b.c.Submit(ctx, &Request{URL: b.srv.URL})
@@ -84,7 +86,7 @@ func settle(t *testing.T, db *sql.DB, now time.Time) (time.Time, int) {
 	t.Helper()
 	var next sql.NullString
 	var pending int
-	eventually(t, 10*time.Second, func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		var busy int
 		err := db.QueryRow(`SELECT COUNT(*), COALESCE(SUM(lease_owner IS NOT NULL OR next_attempt_at <= ?), 0), MIN(next_attempt_at)
 			FROM idemkit_intents WHERE state = 'pending'`, wire.FormatTime(now)).Scan(&pending, &busy, &next)
@@ -108,10 +110,10 @@ func TestRun_ProbeSpendsHalfTheBudget(t *testing.T) {
 	cfg.timeNowFunc = clock.Now
 	cfg.MaxSleep = time.Millisecond
 	cfg.MaxAttemptsPerHour = 10
-	cfg.Backoff = func(time.Duration, time.Duration, int, *http.Response) time.Duration { return backoffCap }
+	cfg.Backoff = func(time.Duration, time.Duration, int, *http.Response) time.Duration { return policy.BackoffCap }
 	b := setup(t, cfg, nil)
-	ctx, cancel := context.WithCancel(testCtx(t))
-	_, err := b.c.Submit(ctx, &Request{URL: "http://" + closedAddr(t)})
+	ctx, cancel := context.WithCancel(testkit.Ctx(t))
+	_, err := b.c.Submit(ctx, &Request{URL: "http://" + testkit.ClosedAddr(t)})
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- b.c.Run(ctx) }()
@@ -125,5 +127,5 @@ func TestRun_ProbeSpendsHalfTheBudget(t *testing.T) {
 	}
 	cancel()
 	require.NoError(t, <-done)
-	require.Equal(t, []time.Duration{time.Second, time.Second, time.Second, time.Second, backoffCap, backoffCap, backoffCap}, gaps)
+	require.Equal(t, []time.Duration{time.Second, time.Second, time.Second, time.Second, policy.BackoffCap, policy.BackoffCap, policy.BackoffCap}, gaps)
 }

@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/idemkit/idemkit/internal/policy"
+	"github.com/idemkit/idemkit/internal/queue"
 	"github.com/idemkit/idemkit/internal/wire"
 )
 
@@ -182,7 +184,7 @@ func (c *Client) toReconcile(ctx context.Context, o *ReconcileOptions) ([]*Inten
 	if len(o.IDs) > 0 {
 		out := make([]*Intent, 0, len(o.IDs))
 		for _, id := range o.IDs {
-			in, err := c.q.get(ctx, id)
+			in, err := c.get(ctx, id)
 			if err != nil {
 				return nil, err
 			}
@@ -190,7 +192,7 @@ func (c *Client) toReconcile(ctx context.Context, o *ReconcileOptions) ([]*Inten
 		}
 		return out, nil
 	}
-	counts, err := c.q.counts(ctx)
+	counts, err := c.counts(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -199,11 +201,13 @@ func (c *Client) toReconcile(ctx context.Context, o *ReconcileOptions) ([]*Inten
 		if counts[s] == 0 {
 			continue
 		}
-		list, err := c.q.list(ctx, &ListOptions{State: s, Limit: counts[s]})
+		list, err := c.q.List(ctx, &queue.ListOptions{State: queue.State(s), Limit: counts[s]})
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, list...)
+		for _, qi := range list {
+			out = append(out, intentOf(qi))
+		}
 	}
 	slices.SortStableFunc(out, func(a, b *Intent) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out, nil
@@ -291,11 +295,11 @@ func (c *Client) reconcileOne(ctx context.Context, o *ReconcileOptions, in *Inte
 		out.Body = out.Body[:maxBodySize]
 		lastErr += "; response body cut at 10 MiB"
 	}
-	ok, err := c.q.reconcile(context.WithoutCancel(ctx), in.ID, in.State, state, c.cfg.keptOutcome(out, prof, true), lastErr, c.now())
+	ok, err := c.q.Reconcile(context.WithoutCancel(ctx), in.ID, queue.State(in.State), queue.State(state), storedOutcome(c.cfg.keptOutcome(out, prof, true)), lastErr, c.now())
 	if err != nil {
 		return fail(err)
 	}
-	got, gerr := c.q.get(context.WithoutCancel(ctx), in.ID)
+	got, gerr := c.get(context.WithoutCancel(ctx), in.ID)
 	if gerr == nil {
 		rec.Intent = got
 	}
@@ -341,19 +345,19 @@ func (c *Client) lookup(ctx context.Context, o *ReconcileOptions, in *Intent) (*
 	}
 	resp, err := c.httpc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("idemkit: lookup of %s: %s", redact(lu.String()), redactErr(err))
+		return nil, fmt.Errorf("idemkit: lookup of %s: %s", redact(lu.String()), policy.RedactError(err))
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxLookupBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("idemkit: lookup of %s: reading the answer: %s", redact(lu.String()), redactErr(err))
+		return nil, fmt.Errorf("idemkit: lookup of %s: reading the answer: %s", redact(lu.String()), policy.RedactError(err))
 	}
 	where := redact(lu.String())
 	switch {
 	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed:
 		return nil, fmt.Errorf("%w: %s answered %d", ErrNoLookup, where, resp.StatusCode)
 	case resp.StatusCode != http.StatusOK:
-		return nil, fmt.Errorf("idemkit: lookup of %s: %s", where, describe(resp, nil))
+		return nil, fmt.Errorf("idemkit: lookup of %s: %s", where, policy.Describe(resp, nil))
 	case len(body) > maxLookupBytes:
 		return nil, fmt.Errorf("idemkit: lookup of %s: the answer is larger than %d bytes", where, maxLookupBytes)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/paymentsapi"
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/idemkit/idemkit/internal/testpg"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/keystatus"
@@ -41,7 +42,7 @@ func newPaymentsFront(t *testing.T, backend string) *paymentsFront {
 	} else {
 		cfg.DB = filepath.Join(t.TempDir(), "payments.db")
 	}
-	app, err := paymentsapi.Open(testCtx(t), cfg)
+	app, err := paymentsapi.Open(testkit.Ctx(t), cfg)
 	require.NoError(t, err)
 	t.Cleanup(app.Close)
 	f := &paymentsFront{app: app}
@@ -98,7 +99,7 @@ func aliceHook(_ string, r *http.Request) error {
 // gets 401: the intent ends StateUnknown.
 func unknownPayment(t *testing.T, b *testBundle, f *paymentsFront) *Intent {
 	t.Helper()
-	in, err := b.c.Do(testCtx(t), &Request{URL: f.srv.URL + "/v1/payments",
+	in, err := b.c.Do(testkit.Ctx(t), &Request{URL: f.srv.URL + "/v1/payments",
 		Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(usd40)})
 	require.ErrorIs(t, err, StateUnknown)
 	require.Equal(t, StateUnknown, in.State)
@@ -131,7 +132,7 @@ func TestReconcile_LostAnswerBecomesSucceeded(t *testing.T) {
 			cfg2.SendHookFunc = aliceHook
 			cfg2.OnEventFunc = func(e Event) { ended = append(ended, e) }
 			c2 := b.reopen(t, cfg2)
-			got, err := c2.Reconcile(testCtx(t), nil)
+			got, err := c2.Reconcile(testkit.Ctx(t), nil)
 			require.NoError(t, err)
 			require.Len(t, got, 1)
 			r := got[0]
@@ -144,7 +145,7 @@ func TestReconcile_LostAnswerBecomesSucceeded(t *testing.T) {
 			require.True(t, r.Intent.Outcome.Replayed)
 			require.Contains(t, r.Intent.LastError, "reconciled")
 
-			payments, err := f.app.Payments(testCtx(t), "alice")
+			payments, err := f.app.Payments(testkit.Ctx(t), "alice")
 			require.NoError(t, err)
 			require.Len(t, payments, 1, "exactly one payment")
 			var receipt struct {
@@ -155,7 +156,7 @@ func TestReconcile_LostAnswerBecomesSucceeded(t *testing.T) {
 			require.Equal(t, "application/json", r.Intent.Outcome.Header.Get("Content-Type"))
 
 			// As stored: Wait now says succeeded.
-			w, err := c2.Wait(testCtx(t), in.ID)
+			w, err := c2.Wait(testkit.Ctx(t), in.ID)
 			require.NoError(t, err)
 			require.Equal(t, StateSucceeded, w.State)
 			require.Len(t, ended, 1)
@@ -163,7 +164,7 @@ func TestReconcile_LostAnswerBecomesSucceeded(t *testing.T) {
 			require.Equal(t, StateSucceeded, ended[0].State)
 
 			// Nothing left to reconcile.
-			again, err := c2.Reconcile(testCtx(t), nil)
+			again, err := c2.Reconcile(testkit.Ctx(t), nil)
 			require.NoError(t, err)
 			require.Empty(t, again)
 			require.EqualValues(t, 1, f.lookups.Load())
@@ -189,7 +190,7 @@ func TestReconcile_NoRecordStaysUnknownAndResendIsSafe(t *testing.T) {
 	cfg2.Logger = discardLogger()
 	cfg2.SendHookFunc = aliceHook
 	c2 := b.reopen(t, cfg2)
-	got, err := c2.Reconcile(testCtx(t), &ReconcileOptions{IDs: []string{in.ID}})
+	got, err := c2.Reconcile(testkit.Ctx(t), &ReconcileOptions{IDs: []string{in.ID}})
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	require.NoError(t, got[0].Err)
@@ -197,18 +198,18 @@ func TestReconcile_NoRecordStaysUnknownAndResendIsSafe(t *testing.T) {
 	require.Equal(t, StateUnknown, got[0].Intent.State)
 	require.Contains(t, got[0].Note, "no record")
 	require.Contains(t, got[0].Note, "safe")
-	payments, err := f.app.Payments(testCtx(t), "alice")
+	payments, err := f.app.Payments(testkit.Ctx(t), "alice")
 	require.NoError(t, err)
 	require.Empty(t, payments)
 
-	_, err = c2.Resend(testCtx(t), in.ID)
+	_, err = c2.Resend(testkit.Ctx(t), in.ID)
 	require.NoError(t, err)
-	_, err = c2.Drain(testCtx(t))
+	_, err = c2.Drain(testkit.Ctx(t))
 	require.NoError(t, err)
-	w, err := c2.Wait(testCtx(t), in.ID)
+	w, err := c2.Wait(testkit.Ctx(t), in.ID)
 	require.NoError(t, err)
 	require.Equal(t, StateSucceeded, w.State)
-	payments, err = f.app.Payments(testCtx(t), "alice")
+	payments, err = f.app.Payments(testkit.Ctx(t), "alice")
 	require.NoError(t, err)
 	require.Len(t, payments, 1)
 }
@@ -224,7 +225,7 @@ type lookupServer struct {
 
 func newLookupServer(t *testing.T, show bool) *lookupServer {
 	t.Helper()
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	db, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "server.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
@@ -256,12 +257,12 @@ func (ls *lookupServer) record(t *testing.T, endpoint, key string, resp *server.
 	t.Helper()
 	now := time.Now()
 	s := server.Scope{Principal: "acct_1", Endpoint: endpoint, Key: key}
-	res, err := ls.store.Claim(testCtx(t), server.ClaimRequest{Scope: s, Fingerprint: make([]byte, 32), FingerprintVersion: 2,
+	res, err := ls.store.Claim(testkit.Ctx(t), server.ClaimRequest{Scope: s, Fingerprint: make([]byte, 32), FingerprintVersion: 2,
 		Now: now, ExpiresAt: now.Add(time.Hour), LockedUntil: now.Add(time.Minute)})
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
 	if resp != nil {
-		require.NoError(t, ls.store.Complete(testCtx(t), s, res.Token, now, resp))
+		require.NoError(t, ls.store.Complete(testkit.Ctx(t), s, res.Token, now, resp))
 	}
 }
 
@@ -269,7 +270,7 @@ func (ls *lookupServer) record(t *testing.T, endpoint, key string, resp *server.
 // answer was lost.
 func queueIn(t *testing.T, b *testBundle, url string, state IntentState) *Intent {
 	t.Helper()
-	in, err := b.c.Submit(testCtx(t), &Request{URL: url, Body: []byte(`{"amount":1}`)})
+	in, err := b.c.Submit(testkit.Ctx(t), &Request{URL: url, Body: []byte(`{"amount":1}`)})
 	require.NoError(t, err)
 	_, err = rawDB(t, b.path).Exec(`UPDATE idemkit_intents SET state = ?, last_error = 'lost' WHERE id = ?`, string(state), in.ID)
 	require.NoError(t, err)
@@ -308,7 +309,7 @@ func TestReconcile_EachAnswer(t *testing.T) {
 	done := queueIn(t, b, ls.srv.URL+"/charges", StateFailed) // not asked about
 
 	var endpoints []string
-	got, err := b.c.Reconcile(testCtx(t), &ReconcileOptions{LookupPath: "/api/keys/{key}",
+	got, err := b.c.Reconcile(testkit.Ctx(t), &ReconcileOptions{LookupPath: "/api/keys/{key}",
 		EndpointFunc: func(in *Intent) string { endpoints = append(endpoints, in.ID); return "charges.create" }})
 	require.NoError(t, err)
 	byID := map[string]*Reconciliation{}
@@ -370,7 +371,7 @@ func TestReconcile_NoLookup(t *testing.T) {
 	b := setup(t, cfg, nil)
 	a := queueIn(t, b, bare.URL+"/charges", StateUnknown)
 	s := queueIn(t, b, stripeHost.URL+"/v1/charges", StateUnknown)
-	got, err := b.c.Reconcile(testCtx(t), nil)
+	got, err := b.c.Reconcile(testkit.Ctx(t), nil)
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 	for _, r := range got {
@@ -391,7 +392,7 @@ func TestReconcile_RefusedLookupChangesNothing(t *testing.T) {
 	b := setup(t, cfg, nil) // no send hook: no credential
 	in := queueIn(t, b, ls.srv.URL+"/charges", StateUnknown)
 	ls.record(t, "*", in.Key, &server.StoredResponse{Status: 201, Header: http.Header{}, Body: []byte(`{}`)})
-	got, err := b.c.Reconcile(testCtx(t), &ReconcileOptions{LookupPath: "/api/keys/{key}"})
+	got, err := b.c.Reconcile(testkit.Ctx(t), &ReconcileOptions{LookupPath: "/api/keys/{key}"})
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	require.ErrorContains(t, got[0].Err, "401")
@@ -408,12 +409,12 @@ func TestReconcileOptions_Validate(t *testing.T) {
 		{LookupPath: "/keys"},
 		{LookupPath: "/keys/{key}?x=1"},
 	} {
-		_, err := b.c.Reconcile(testCtx(t), o)
+		_, err := b.c.Reconcile(testkit.Ctx(t), o)
 		require.Error(t, err, "%+v", o)
 	}
-	_, err := b.c.Reconcile(testCtx(t), &ReconcileOptions{IDs: []string{"nope"}})
+	_, err := b.c.Reconcile(testkit.Ctx(t), &ReconcileOptions{IDs: []string{"nope"}})
 	require.ErrorIs(t, err, ErrNotFound)
 	require.NoError(t, b.c.Close())
-	_, err = b.c.Reconcile(testCtx(t), nil)
+	_, err = b.c.Reconcile(testkit.Ctx(t), nil)
 	require.ErrorIs(t, err, ErrClosed)
 }

@@ -2,16 +2,17 @@ package idemkit
 
 import (
 	"crypto/sha256"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/idemkit/idemkit/internal/policy"
+	"github.com/idemkit/idemkit/internal/queue"
 	"github.com/idemkit/idemkit/internal/wire"
 )
 
@@ -48,14 +49,10 @@ func (p *prepared) credNames() []string {
 	return slices.Sorted(maps.Keys(p.creds))
 }
 
-// credNamesJSON is credNames as stored: a JSON array, or NULL.
-func (p *prepared) credNamesJSON() any {
-	names := p.credNames()
-	if names == nil {
-		return nil
-	}
-	b, _ := json.Marshal(names)
-	return string(b)
+// queued is p as the queue stores it, with id, queued at now.
+func (p *prepared) queued(id string, now time.Time) *queue.NewIntent {
+	return &queue.NewIntent{ID: id, Key: p.key, Method: p.method, URL: p.url, Host: p.host, Header: p.header,
+		Body: p.body, Fingerprint: p.fp, CredentialHeaders: p.credNames(), Now: now}
 }
 
 // prepare validates req for the host's profile prof and separates the
@@ -128,25 +125,12 @@ func prepare(req *Request, cfg *Config, prof *Profile) (*prepared, error) {
 		}
 	}
 	if p.key != "" {
-		if err := prof.checkKey(p.key, prof.KeyQuoted); err != nil {
+		if err := policy.CheckKey(prof, p.key, prof.KeyQuoted); err != nil {
 			return nil, err
 		}
 	}
 	p.fp = fingerprint(p.method, p.url, p.body)
 	return p, nil
-}
-
-// validateKey checks what every key must be, whatever the profile (the
-// wire contract): 1 to 255 bytes of valid UTF-8 without control characters.
-// Profile.checkKey adds what the profile's encoding can carry.
-func validateKey(k string) error {
-	var ke *wire.KeyError
-	if err := wire.CheckKey(k, wire.MaxKeyBytes); errors.As(err, &ke) {
-		return invalidf("%s", ke.Reason)
-	} else if err != nil {
-		return invalidf("%v", err)
-	}
-	return nil
 }
 
 // redact removes user info and the query from a URL for logs and errors.

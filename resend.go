@@ -7,14 +7,6 @@ import (
 	"github.com/idemkit/idemkit/internal/wire"
 )
 
-// sqlResend puts an intent that ended unknown or failed back in the queue,
-// due now, with the same key; its attempt log, first attempt and horizon
-// are kept (the horizon still bounds it).
-const sqlResend = `UPDATE idemkit_intents SET state = 'pending', outcome_status = NULL, outcome_header = NULL,
-	outcome_body = NULL, outcome_replayed = NULL, outcome_key_reused = 0, next_attempt_at = ?1, updated_at = ?1,
-	last_error = 'resent under the same key (was ' || state || '): ' || last_error
-WHERE id = ?2 AND state IN ('unknown', 'failed') AND (horizon IS NULL OR horizon > ?1)`
-
 // Resend puts an intent that ended [StateUnknown] or [StateFailed] back
 // in the queue, pending and due now, under the SAME key: Run, Drain or Wait
 // send it again, and the server settles it. If an earlier attempt took
@@ -30,23 +22,15 @@ func (c *Client) Resend(ctx context.Context, id string) (*Intent, error) {
 		return nil, ErrClosed
 	}
 	now := c.now()
-	var n int64
-	err := c.q.inTx(ctx, func(ex execer) error {
-		res, err := ex.ExecContext(ctx, sqlResend, wire.FormatTime(now), id)
-		if err != nil {
-			return err
-		}
-		n, _ = res.RowsAffected()
-		return nil
-	})
+	ok, err := c.q.Resend(ctx, id, now)
 	if err != nil {
 		return nil, err
 	}
-	in, err := c.q.get(ctx, id)
+	in, err := c.get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if n == 0 {
+	if !ok {
 		if in.State == StateUnknown || in.State == StateFailed {
 			return in, fmt.Errorf("idemkit: resend %s: its horizon %s has passed: the server may no longer remember the key, so resending it could take effect twice; reconcile it with the API", id, wire.FormatTime(in.Horizon))
 		}

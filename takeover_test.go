@@ -20,6 +20,7 @@ import (
 
 	"github.com/idemkit/idemkit/server"
 
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/idemkit/idemkit/internal/wire"
 )
 
@@ -75,105 +76,6 @@ func deadPid(t *testing.T) int {
 	return cmd.Process.Pid
 }
 
-func TestLeaseOwner_ParseAndFormat(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		in   string
-		want leaseOwner
-		err  bool
-	}{
-		{in: "web-1/4242/987654", want: leaseOwner{"web-1", 4242, "987654"}},
-		{in: "web-1@6c1b-42:4026531836/1/0", want: leaseOwner{"web-1@6c1b-42:4026531836", 1, "0"}},
-		{in: "mac.local/77/", want: leaseOwner{"mac.local", 77, ""}},
-		{in: "a/b/12/34", want: leaseOwner{"a/b", 12, "34"}}, // the last two fields are pid and start
-		{in: "", err: true},
-		{in: "web-1", err: true},
-		{in: "web-1/4242", err: true},
-		{in: "/4242/1", err: true},
-		{in: "web-1/0/1", err: true},
-		{in: "web-1/-3/1", err: true},
-		{in: "web-1/+3/1", err: true},
-		{in: "web-1/042/1", err: true},
-		{in: "web-1/x/1", err: true},
-		{in: "web-1/42/1a", err: true},
-		{in: "web-1/99999999999999999999/1", err: true},
-	} {
-		t.Run(tc.in, func(t *testing.T) {
-			t.Parallel()
-			got, err := parseLeaseOwner(tc.in)
-			if tc.err {
-				require.Error(t, err, "got %+v want an error", got)
-				return
-			}
-			require.NoError(t, err)
-			require.Equal(t, tc.want, got)
-			require.Equal(t, tc.in, got.String(), "format(parse(s)) == s")
-		})
-	}
-}
-
-func TestLeaseOwner_Current(t *testing.T) {
-	t.Parallel()
-	self := currentLeaseOwner()
-	require.Equal(t, os.Getpid(), self.pid)
-	host, err := os.Hostname()
-	require.NoError(t, err)
-	require.True(t, strings.HasPrefix(self.host, host), "host %q starts with the hostname %q", self.host, host)
-	got, err := parseLeaseOwner(self.String())
-	require.NoError(t, err)
-	require.Equal(t, self, got)
-	require.True(t, got.sameHost(self))
-	require.False(t, leaseOwner{host: "elsewhere", pid: self.pid}.sameHost(self))
-	require.False(t, got.sameHost(leaseOwner{pid: 1}), "a process without a hostname matches no host")
-	if runtime.GOOS == "linux" {
-		require.NotEmpty(t, self.start, "Linux knows the start time")
-		raw, err := os.ReadFile("/proc/self/stat")
-		require.NoError(t, err)
-		require.Equal(t, strings.Fields(string(raw))[21], self.start, "field 22 of /proc/self/stat")
-		require.Contains(t, self.host, "@", "Linux qualifies the hostname with boot id and pid namespace")
-	}
-	lo, hi := hostPrefixRange(self.host)
-	require.True(t, lo <= self.String() && self.String() < hi, "%q within [%q, %q)", self.String(), lo, hi)
-	require.False(t, lo <= self.host+"-2/1/1" && self.host+"-2/1/1" < hi, "a longer hostname is another host")
-}
-
-func FuzzParseLeaseOwner(f *testing.F) {
-	for _, s := range []string{"web-1/4242/987654", "h/1/", "a/b/12/34", "", "/", "//", "h/0/1", "h/1/x"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		o, err := parseLeaseOwner(s)
-		if err != nil {
-			return
-		}
-		require.Equal(t, s, o.String())
-		require.Positive(t, o.pid)
-		require.NotEmpty(t, o.host)
-	})
-}
-
-func TestProcessGone(t *testing.T) {
-	t.Parallel()
-	if !takeoverSupported {
-		t.Skip("no liveness check on " + runtime.GOOS)
-	}
-	self := currentLeaseOwner()
-
-	gone, why := processGone(self.pid, self.start)
-	require.False(t, gone, "this process, with its own start time, is alive (%s)", why)
-	gone, _ = processGone(self.pid, "")
-	require.False(t, gone, "this process, start time unknown, is alive")
-	gone, _ = processGone(0, "")
-	require.False(t, gone, "pid 0 is never checked")
-	gone, _ = processGone(-1, "")
-	require.False(t, gone, "pid -1 is never checked")
-
-	pid := deadPid(t)
-	gone, why = processGone(pid, "")
-	require.True(t, gone, "child %d exited and was reaped", pid)
-	require.Equal(t, "no such process", why)
-}
-
 // TestClient_TakeOverChoosesLeases: of the live leases on a queue, only
 // those of dead processes on this host are expired; leases of a live
 // process, of another host, of this process, of a client that does not
@@ -187,15 +89,15 @@ func TestClient_TakeOverChoosesLeases(t *testing.T) {
 	cfg := testConfig()
 	cfg.Logger = slog.New(rec)
 	b := setup(t, cfg, nil)
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	self := b.c.self
-	dead := leaseOwner{host: self.host, pid: deadPid(t)}
-	reused := leaseOwner{host: self.host, pid: self.pid, start: "1"} // this pid, an earlier process
-	if self.start == "" {
+	dead := leaseOwner{Host: self.Host, PID: deadPid(t)}
+	reused := leaseOwner{Host: self.Host, PID: self.PID, Start: "1"} // this pid, an earlier process
+	if self.Start == "" {
 		reused = dead // no start times here
 	}
-	live := leaseOwner{host: self.host, pid: 1, start: processStartTime(1)}
-	other := leaseOwner{host: "elsewhere" + hostSuffix(), pid: dead.pid}
+	live := leaseOwner{Host: self.Host, PID: 1, Start: processStartTime(1)}
+	other := leaseOwner{Host: "elsewhere" + hostSuffix(), PID: dead.PID}
 
 	now := time.Now()
 	leaseEnd := wire.FormatTime(now.Add(10 * time.Minute))
@@ -211,7 +113,7 @@ func TestClient_TakeOverChoosesLeases(t *testing.T) {
 		"self":    {self.String(), leaseEnd, false},
 		"unnamed": {nil, leaseEnd, false},
 		"ranout":  {dead.String(), wire.FormatTime(now.Add(-time.Second)), false},
-		"garbage": {self.host + "/not-a-pid/", leaseEnd, false},
+		"garbage": {self.Host + "/not-a-pid/", leaseEnd, false},
 	}
 	for name := range rows {
 		_, err := b.c.Submit(ctx, &Request{URL: "http://127.0.0.1:1/" + name, Key: name})
@@ -227,7 +129,7 @@ func TestClient_TakeOverChoosesLeases(t *testing.T) {
 	b.c.takeOver(ctx, "")
 
 	taken := map[string]bool{}
-	pids := map[string]int{"dead": dead.pid, "reused": reused.pid}
+	pids := map[string]int{"dead": dead.PID, "reused": reused.PID}
 	names := map[string]string{} // intent id -> key
 	for name := range rows {
 		var id string
@@ -268,15 +170,15 @@ func TestClient_TakeOverChoosesLeases(t *testing.T) {
 	for name, r := range rows {
 		var id string
 		require.NoError(t, db.QueryRowContext(ctx, `SELECT id FROM idemkit_intents WHERE key = ?`, name).Scan(&id))
-		cl, err := b.c.q.claim(ctx, id, time.Now(), time.Minute, b.c.plan(time.Now()))
+		cl, err := b.c.q.Claim(ctx, id, time.Now(), time.Minute, nil)
 		require.NoError(t, err)
 		if !r.taken && name != "ranout" {
 			require.Nil(t, cl, "%s is still leased", name)
 			continue
 		}
 		require.NotNil(t, cl, "%s is due", name)
-		require.EqualValues(t, 8, cl.token)
-		require.Equal(t, self.String(), b.c.q.owner)
+		require.EqualValues(t, 8, cl.Token)
+		require.Equal(t, self.String(), b.c.q.Owner())
 		var owner string
 		require.NoError(t, db.QueryRowContext(ctx, `SELECT lease_owner FROM idemkit_intents WHERE id = ?`, id).Scan(&owner))
 		require.Equal(t, self.String(), owner, "%s: the claim names this process", name)
@@ -292,16 +194,6 @@ func TestClient_TakeOverChoosesLeases(t *testing.T) {
 	got, err := b.c.Get(ctx, in.ID)
 	require.NoError(t, err)
 	require.False(t, got.NextAttemptAt.After(time.Now()), "the dead holder's lease on %s expired", in.ID)
-}
-
-func TestQueue_TakeOverUsesIndex(t *testing.T) {
-	t.Parallel()
-	b := setup(t, nil, nil)
-	now := wire.FormatTime(time.Now())
-	lo, hi := hostPrefixRange("h")
-	require.Contains(t, explain(t, b.c.q.db, sqlLeaseOwners, lo, hi, "h/1/1", now, 32), "SEARCH idemkit_intents USING INDEX idemkit_intents_leased")
-	require.Contains(t, explain(t, b.c.q.db, sqlLeasesOf, "h/1/1", now, 256), "SEARCH idemkit_intents USING INDEX idemkit_intents_leased")
-	require.Contains(t, explain(t, b.c.q.db, sqlLeaseOfID, "id", now), "sqlite_autoindex_idemkit_intents_1")
 }
 
 // heldServer is the real server in front of a charge handler whose first
@@ -381,7 +273,7 @@ func takeoverConfig(rec *logRecorder) *Config {
 // logged.
 func requireTakenOver(t *testing.T, s *heldServer, c *Client, rec *logRecorder, in *Intent, key string, deadPid int) {
 	t.Helper()
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	require.Equal(t, key, in.Key)
 	require.Equal(t, StateSucceeded, in.State, in.LastError)
 	require.True(t, in.Outcome.Replayed, "the resumed attempt got the stored response")
@@ -486,7 +378,7 @@ func TestTakeover_LiveProcessKept(t *testing.T) {
 		}
 		return n
 	}
-	eventually(t, 15*time.Second, func() bool { return alive() >= 20 }, "the worker checked the live holder 20 times")
+	testkit.Eventually(t, 15*time.Second, func() bool { return alive() >= 20 }, "the worker checked the live holder 20 times")
 	require.Len(t, s.seenKeys(), 1, "nothing sent while the live holder has the intent")
 	require.Empty(t, rec.find("idemkit: taking over"))
 	held, err := c.Get(ctx, id)
@@ -509,7 +401,7 @@ func TestTakeover_SameProcessKept(t *testing.T) {
 	s := newHeldServer(t)
 	rec := &logRecorder{}
 	b := setup(t, takeoverConfig(rec), nil)
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	doDone := make(chan error, 1)
 	go func() {
 		_, err := b.c.Do(ctx, charge(s.srv.URL))
@@ -524,7 +416,7 @@ func TestTakeover_SameProcessKept(t *testing.T) {
 		c2.takeOver(ctx, "")
 		c2.takeOver(ctx, in[0].ID)
 	}
-	cl, err := c2.q.claim(ctx, in[0].ID, time.Now(), time.Minute, c2.plan(time.Now()))
+	cl, err := c2.q.Claim(ctx, in[0].ID, time.Now(), time.Minute, nil)
 	require.NoError(t, err)
 	require.Nil(t, cl, "the lease of the other Client is intact")
 	require.Empty(t, rec.find("idemkit: taking over"))

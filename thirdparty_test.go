@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -128,7 +129,7 @@ func okAuth(_ string, r *http.Request) error {
 // the payment: the attempt's answer is lost. It returns the intent.
 func interruptedDo(t *testing.T, c *Client, s *bareServer, body string) *Intent {
 	t.Helper()
-	ctx, cancel := context.WithCancel(testCtx(t))
+	ctx, cancel := context.WithCancel(testkit.Ctx(t))
 	go func() {
 		<-s.started
 		cancel()
@@ -156,10 +157,10 @@ func TestBare409_InterruptedAndResumedEndsSucceededWithOnePayment(t *testing.T) 
 
 	// Restarted: a new Client on the queue drains it.
 	c2 := b.reopen(t, cfg)
-	counts, err := c2.Drain(testCtx(t))
+	counts, err := c2.Drain(testkit.Ctx(t))
 	require.NoError(t, err)
 	require.Equal(t, 1, counts[StateSucceeded], "%v", counts)
-	got, err := c2.Get(testCtx(t), in.ID)
+	got, err := c2.Get(testkit.Ctx(t), in.ID)
 	require.NoError(t, err)
 	require.Equal(t, StateSucceeded, got.State, got.LastError)
 	require.Equal(t, http.StatusCreated, got.Outcome.Status)
@@ -182,10 +183,10 @@ func TestBare409_BatchKilledAndResumedEndsSucceeded(t *testing.T) {
 	cfg.Concurrency = 10
 	b := setup(t, cfg, nil)
 	for i := range 10 {
-		_, err := b.c.Submit(testCtx(t), &Request{URL: s.srv.URL + "/pay", Body: []byte(`{"amount":` + strconv.Itoa(1000+i) + `}`)})
+		_, err := b.c.Submit(testkit.Ctx(t), &Request{URL: s.srv.URL + "/pay", Body: []byte(`{"amount":` + strconv.Itoa(1000+i) + `}`)})
 		require.NoError(t, err)
 	}
-	ctx, cancel := context.WithCancel(testCtx(t))
+	ctx, cancel := context.WithCancel(testkit.Ctx(t))
 	go func() {
 		for range 10 {
 			<-s.started
@@ -196,7 +197,7 @@ func TestBare409_BatchKilledAndResumedEndsSucceeded(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 
 	c2 := b.reopen(t, cfg)
-	counts, err := c2.Drain(testCtx(t))
+	counts, err := c2.Drain(testkit.Ctx(t))
 	require.NoError(t, err)
 	require.Equal(t, 10, counts[StateSucceeded], "%v", counts)
 	require.EqualValues(t, 10, s.payments.Load())
@@ -219,26 +220,26 @@ func TestUnknown_401AfterLostAnswerIsNotFailed(t *testing.T) {
 	bad.Logger = discardLogger()
 	bad.SendHookFunc = func(_ string, r *http.Request) error { r.Header.Set("Authorization", "Bearer …"); return nil }
 	c2 := b.reopen(t, bad)
-	_, err := c2.Drain(testCtx(t))
+	_, err := c2.Drain(testkit.Ctx(t))
 	require.NoError(t, err)
-	got, err := c2.Wait(testCtx(t), in.ID)
+	got, err := c2.Wait(testkit.Ctx(t), in.ID)
 	require.ErrorIs(t, err, StateUnknown)
 	require.NotErrorIs(t, err, StateFailed)
 	require.Equal(t, StateUnknown, got.State)
 	require.Equal(t, 1, got.Unanswered)
 	require.Equal(t, http.StatusUnauthorized, got.Outcome.Status)
 	require.Contains(t, got.LastError, "attempt 1 got no answer")
-	log, err := c2.Attempts(testCtx(t), in.ID)
+	log, err := c2.Attempts(testkit.Ctx(t), in.ID)
 	require.NoError(t, err)
 	require.False(t, log[0].NotSent)
 
 	// Fixed credential, same key: the server replays.
 	c3 := b.reopen(t, cfg)
-	_, err = c3.Resend(testCtx(t), in.ID)
+	_, err = c3.Resend(testkit.Ctx(t), in.ID)
 	require.NoError(t, err)
-	_, err = c3.Drain(testCtx(t))
+	_, err = c3.Drain(testkit.Ctx(t))
 	require.NoError(t, err)
-	got, err = c3.Wait(testCtx(t), in.ID)
+	got, err = c3.Wait(testkit.Ctx(t), in.ID)
 	require.NoError(t, err)
 	require.Equal(t, StateSucceeded, got.State)
 	require.EqualValues(t, 1, s.payments.Load())
@@ -252,17 +253,17 @@ func TestUnknown_RefusedConnectionIsNotALostAnswer(t *testing.T) {
 	cfg.Logger = discardLogger()
 	cfg.MaxAttempts = 2
 	b := setup(t, cfg, nil)
-	addr := closedAddr(t)
-	in, err := b.c.Do(testCtx(t), &Request{URL: "http://" + addr + "/pay", Body: []byte(`{}`)})
+	addr := testkit.ClosedAddr(t)
+	in, err := b.c.Do(testkit.Ctx(t), &Request{URL: "http://" + addr + "/pay", Body: []byte(`{}`)})
 	require.ErrorIs(t, err, StatePending)
 	require.Zero(t, in.Unanswered)
 	s := newBareServer(t)
 	_, err = rawDB(t, b.path).Exec(`UPDATE idemkit_intents SET url = ?, next_attempt_at = '2000-01-01T00:00:00.000Z' WHERE id = ?`, s.srv.URL+"/pay", in.ID)
 	require.NoError(t, err)
 	c2 := b.reopen(t, testConfig())
-	_, err = c2.Drain(testCtx(t))
+	_, err = c2.Drain(testkit.Ctx(t))
 	require.NoError(t, err)
-	got, err := c2.Wait(testCtx(t), in.ID)
+	got, err := c2.Wait(testkit.Ctx(t), in.ID)
 	require.ErrorIs(t, err, StateFailed)
 	require.Equal(t, http.StatusUnauthorized, got.Outcome.Status)
 }
@@ -270,7 +271,7 @@ func TestUnknown_RefusedConnectionIsNotALostAnswer(t *testing.T) {
 // curlPay sends a payment the way another tool would: the key bare.
 func curlPay(t *testing.T, s *bareServer, key, body string) int {
 	t.Helper()
-	req, err := http.NewRequestWithContext(testCtx(t), http.MethodPost, s.srv.URL+"/pay", strings.NewReader(body))
+	req, err := http.NewRequestWithContext(testkit.Ctx(t), http.MethodPost, s.srv.URL+"/pay", strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Idempotency-Key", key)
 	req.Header.Set("Authorization", "Bearer ok")
@@ -303,7 +304,7 @@ func TestIETF_KeyIsOneKeyAtAVerbatimServer(t *testing.T) {
 		done := make(chan int, 1)
 		go func() { done <- curlPay(t, s, "K-held", `{"amount":4000}`) }()
 		<-s.started
-		in, err := client(t).Do(testCtx(t), &Request{URL: s.srv.URL + "/pay", Key: "K-held", Body: []byte(`{"amount":4000}`)})
+		in, err := client(t).Do(testkit.Ctx(t), &Request{URL: s.srv.URL + "/pay", Key: "K-held", Body: []byte(`{"amount":4000}`)})
 		require.NoError(t, err)
 		require.Equal(t, StateSucceeded, in.State, "the 409 is in flight (ietf), then the stored answer")
 		require.Equal(t, http.StatusCreated, <-done)
@@ -313,7 +314,7 @@ func TestIETF_KeyIsOneKeyAtAVerbatimServer(t *testing.T) {
 		t.Parallel()
 		s := newBareServer(t)
 		require.Equal(t, http.StatusCreated, curlPay(t, s, "K-other", `{"amount":4000}`))
-		_, err := client(t).Do(testCtx(t), &Request{URL: s.srv.URL + "/pay", Key: "K-other", Body: []byte(`{"amount":9999}`)})
+		_, err := client(t).Do(testkit.Ctx(t), &Request{URL: s.srv.URL + "/pay", Key: "K-other", Body: []byte(`{"amount":9999}`)})
 		require.ErrorIs(t, err, ErrKeyReused, "the 9999 charge is refused as key reuse")
 		require.EqualValues(t, 1, s.payments.Load())
 	})
@@ -321,7 +322,7 @@ func TestIETF_KeyIsOneKeyAtAVerbatimServer(t *testing.T) {
 		t.Parallel()
 		s := newBareServer(t)
 		require.Equal(t, http.StatusCreated, curlPay(t, s, "K-same", `{"amount":4000}`))
-		in, err := client(t).Do(testCtx(t), &Request{URL: s.srv.URL + "/pay", Key: "K-same", Body: []byte(`{"amount":4000}`)})
+		in, err := client(t).Do(testkit.Ctx(t), &Request{URL: s.srv.URL + "/pay", Key: "K-same", Body: []byte(`{"amount":4000}`)})
 		require.NoError(t, err)
 		require.Equal(t, StateSucceeded, in.State)
 		require.EqualValues(t, 1, s.payments.Load())
@@ -346,14 +347,14 @@ func TestIETF_IntentSentQuotedBeforeKeepsItsQuotes(t *testing.T) {
 		mu.Unlock()
 		w.WriteHeader(http.StatusCreated)
 	}))
-	old, err := b.c.Submit(testCtx(t), &Request{URL: b.srv.URL, Key: "legacy"})
+	old, err := b.c.Submit(testkit.Ctx(t), &Request{URL: b.srv.URL, Key: "legacy"})
 	require.NoError(t, err)
 	// As a client of schema 6 left it: attempted once, its form not recorded.
 	_, err = rawDB(t, b.path).Exec(`UPDATE idemkit_intents SET attempts = 1, key_form = NULL WHERE id = ?`, old.ID)
 	require.NoError(t, err)
-	_, err = b.c.Submit(testCtx(t), &Request{URL: b.srv.URL, Key: "fresh"})
+	_, err = b.c.Submit(testkit.Ctx(t), &Request{URL: b.srv.URL, Key: "fresh"})
 	require.NoError(t, err)
-	_, err = b.c.Drain(testCtx(t))
+	_, err = b.c.Drain(testkit.Ctx(t))
 	require.NoError(t, err)
 	mu.Lock()
 	defer mu.Unlock()

@@ -5,11 +5,12 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/queue"
 )
 
 // Workers: how Do and Run get intents to their send loop (send.go): claims,
-// waits for intents another process holds or that are not due yet, and
-// the end of an intent in this process.
+// and waits for intents another process holds or that are not due yet.
 
 // driveID drives one intent to a terminal state. Close cancels it.
 func (c *Client) driveID(ctx context.Context, id string) (*Intent, error) {
@@ -19,27 +20,27 @@ func (c *Client) driveID(ctx context.Context, id string) (*Intent, error) {
 // driveClaimed is driveID starting with a claim already taken (if first is
 // not nil). Whatever ends it, it returns the intent as stored (or, if the
 // queue cannot be read, as last known), so the caller has its id.
-func (c *Client) driveClaimed(ctx context.Context, id string, first *claimed) (in *Intent, err error) {
+func (c *Client) driveClaimed(ctx context.Context, id string, first *queue.Claimed) (in *Intent, err error) {
 	var last *Intent
 	if first != nil {
-		last = first.in
+		last = intentOf(first.Intent)
 	}
 	defer func() {
 		if in != nil || errors.Is(err, ErrNotFound) {
 			return
 		}
-		if got, gerr := c.q.get(context.WithoutCancel(ctx), id); gerr == nil {
+		if got, gerr := c.get(context.WithoutCancel(ctx), id); gerr == nil {
 			in = got
 		} else {
 			in = last
 		}
 	}()
 	release := func() {
-		if first != nil && !first.expired {
+		if first != nil && !first.Expired {
 			// Nothing was sent: hand the claim back at once.
 			now := c.now()
-			_ = c.q.reschedule(context.WithoutCancel(ctx), first.lease, now, wait{due: now,
-				attempt: &attemptResult{n: first.attempt, errText: "client closed", notSent: true}, lastErr: first.in.LastError})
+			_, _ = c.q.Apply(context.WithoutCancel(ctx), first.Lease, now, queue.Change{State: queue.Pending, Due: now,
+				Attempt: &queue.AttemptLog{N: first.Attempt, Error: "client closed", NotSent: true}, LastError: first.Intent.LastError})
 		}
 	}
 	if !c.enter() {
@@ -58,25 +59,26 @@ func (c *Client) driveClaimed(ctx context.Context, id string, first *claimed) (i
 		}
 		ch := c.changedCh()
 		cl, err := first, error(nil)
-		if first == nil && c.isExhausted(id) {
-			in, _ := c.q.get(context.WithoutCancel(ctx), id)
+		if first == nil && c.limit.isExhausted(id) {
+			in, _ := c.get(context.WithoutCancel(ctx), id)
 			return in, &resultError{state: StatePending, in: in, cause: errMaxAttempts}
 		}
 		if first == nil {
 			c.takeOver(ctx, id) // held by a dead process? then claim it now
-			cl, err = c.q.claim(ctx, id, c.now(), c.cfg.LeaseDuration, c.plan(c.now()))
+			cl, err = c.q.Claim(ctx, id, c.now(), c.cfg.LeaseDuration, nil)
 		}
 		first = nil
 		if err != nil {
 			if ctx.Err() != nil {
 				return c.pendingResult(ctx, id)
 			}
-			in, _ := c.q.get(context.WithoutCancel(ctx), id)
+			in, _ := c.get(context.WithoutCancel(ctx), id)
 			return in, err
 		}
-		if cl != nil && cl.expired {
-			c.ended(cl.in)
-			return cl.in, result(cl.in)
+		if cl != nil && cl.Expired {
+			in := intentOf(cl.Intent)
+			c.ended(in)
+			return in, result(in)
 		}
 		if cl != nil {
 			in, err := c.send(ctx, cl, false)
@@ -90,14 +92,14 @@ func (c *Client) driveClaimed(ctx context.Context, id string, first *claimed) (i
 			}
 			continue // rescheduled, or taken over: look again
 		}
-		in, err := c.q.get(ctx, id)
+		in, err := c.get(ctx, id)
 		if err != nil {
 			return nil, err
 		}
 		if in.State != StatePending {
 			return in, result(in)
 		}
-		if err := c.q.foreign(in); err != nil {
+		if err := c.q.Foreign(in.queued()); err != nil {
 			return in, err
 		}
 		if err := c.sleepUntil(ctx, in.NextAttemptAt, ch); err != nil {
@@ -109,7 +111,7 @@ func (c *Client) driveClaimed(ctx context.Context, id string, first *claimed) (i
 // pendingResult is Do's answer when ctx ended: the intent as stored, and
 // ctx's error.
 func (c *Client) pendingResult(ctx context.Context, id string) (*Intent, error) {
-	in, _ := c.q.get(context.WithoutCancel(ctx), id)
+	in, _ := c.get(context.WithoutCancel(ctx), id)
 	if c.closed() {
 		return in, ErrClosed
 	}
@@ -153,8 +155,8 @@ func (c *Client) Run(ctx context.Context) error {
 		c.takeOver(ctx, "") // leases of dead processes become due now
 		now := c.now()
 		c.runActive.Add(1) // before the claim: Drain must not see a gap
-		cl, err := c.q.claim(ctx, "", now, c.cfg.LeaseDuration, c.plan(now))
-		if err != nil || cl == nil || cl.expired {
+		cl, err := c.q.Claim(ctx, "", now, c.cfg.LeaseDuration, c.limit.skipped())
+		if err != nil || cl == nil || cl.Expired {
 			c.runActive.Add(-1)
 			<-sem
 		} else {
@@ -171,8 +173,8 @@ func (c *Client) Run(ctx context.Context) error {
 			c.progress(ctx, false)
 			c.idle(ctx)
 			continue
-		case cl.expired:
-			c.ended(cl.in)
+		case cl.Expired:
+			c.ended(intentOf(cl.Intent))
 			continue
 		}
 		wg.Add(1)
@@ -181,7 +183,7 @@ func (c *Client) Run(ctx context.Context) error {
 			defer func() { <-sem }()
 			defer c.runActive.Add(-1)
 			if _, err := c.send(ctx, cl, true); err != nil && !errors.Is(err, errLeaseLost) && ctx.Err() == nil {
-				c.log.Warn("idemkit: drive failed", "intent", cl.in.ID, "error", err)
+				c.log.Warn("idemkit: drive failed", "intent", cl.Intent.ID, "error", err)
 			}
 			c.progress(ctx, false)
 		}()
@@ -192,7 +194,7 @@ func (c *Client) Run(ctx context.Context) error {
 // interval (other processes), or the end of ctx.
 func (c *Client) idle(ctx context.Context) {
 	d := c.cfg.pollInterval
-	if next, err := c.q.nextDue(ctx); err == nil && !next.IsZero() {
+	if next, err := c.q.NextDue(ctx, c.limit.skipped()); err == nil && !next.IsZero() {
 		if w := next.Sub(c.now()); w < d {
 			d = max(w, time.Millisecond)
 		}
@@ -204,44 +206,6 @@ func (c *Client) idle(ctx context.Context) {
 	case <-c.wake:
 	case <-t.C:
 	}
-}
-
-// ended is called once an intent reached a terminal state in this process.
-func (c *Client) ended(in *Intent) {
-	c.forget(in.ID)
-	c.broadcast()
-	c.log.Info("idemkit: intent ended", "intent", logID(in.ID, in.Key), "state", in.State,
-		"attempts", in.Attempts, "error", in.LastError)
-	e := Event{Kind: EventEnded, IntentID: in.ID, Key: in.Key, URL: redact(in.URL), Attempt: in.Attempts,
-		State: in.State, Reason: in.LastError}
-	if in.Outcome != nil {
-		e.Status, e.Replayed = in.Outcome.Status, in.Outcome.Replayed
-	}
-	c.emit(e)
-}
-
-// after re-reads the intent once its claim is over, and announces its end.
-// When the queue write (err) or the read fails, it returns the intent as
-// it was claimed, with the error: the caller still has its id.
-func (c *Client) after(ctx context.Context, claimed *Intent, err error) (*Intent, error) {
-	if err != nil {
-		return claimed, err
-	}
-	in, err := c.q.get(ctx, claimed.ID)
-	if err != nil {
-		return claimed, err
-	}
-	if in.State != StatePending {
-		c.ended(in)
-	}
-	return in, nil
-}
-
-// othersDue reports whether another intent of this instance is due by
-// next (the claimed one is not: its due time is its lease's end).
-func (c *Client) othersDue(ctx context.Context, next time.Time) bool {
-	due, err := c.q.nextDue(context.WithoutCancel(ctx))
-	return err == nil && !due.IsZero() && !due.After(next)
 }
 
 // sleepUntil waits until t (at most the poll interval), a change in this

@@ -110,6 +110,11 @@ func TestShortRun_ServerAndSweepPassEveryCheck(t *testing.T) {
 		case c.Section != "server":
 		case c.Mode == overheadMode:
 			require.Zero(t, c.AllocsPerOpHandler)
+		case c.Mode == "bare":
+			// One INSERT: its few dozen allocations are within what a short
+			// cell's process-wide count picks up from the tests running
+			// beside it (a CI run once measured -12.8), so only bounded.
+			require.Less(t, c.AllocsPerOpHandler, c.AllocsPerOpProcess)
 		default:
 			require.Positive(t, c.AllocsPerOpHandler, "%s %s at %d clients: the handler allocates", c.Mode, c.Scenario, c.Clients)
 			require.Less(t, c.AllocsPerOpHandler, c.AllocsPerOpProcess)

@@ -1,7 +1,6 @@
 package fakeprovider_test
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -15,21 +14,15 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fakeprovider"
+	"github.com/idemkit/idemkit/internal/testkit"
 )
-
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // client is the idemkit client speaking profile, with short backoffs.
 func client(t *testing.T, profile string) *idemkit.Client {
 	t.Helper()
 	p, ok := idemkit.KnownProfile(profile)
 	require.True(t, ok)
-	c, err := idemkit.Open(testCtx(t), filepath.Join(t.TempDir(), "queue.db"), &idemkit.Config{
+	c, err := idemkit.Open(testkit.Ctx(t), filepath.Join(t.TempDir(), "queue.db"), &idemkit.Config{
 		Profile: &p,
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Backoff: func(_, _ time.Duration, _ int, _ *http.Response) time.Duration { return 10 * time.Millisecond },
@@ -45,7 +38,7 @@ func client(t *testing.T, profile string) *idemkit.Client {
 
 func pay(t *testing.T, c *idemkit.Client, url string) *idemkit.Intent {
 	t.Helper()
-	in, err := c.Do(testCtx(t), &idemkit.Request{Method: http.MethodPost, URL: url + "/v1/charges",
+	in, err := c.Do(testkit.Ctx(t), &idemkit.Request{Method: http.MethodPost, URL: url + "/v1/charges",
 		Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"amount": 4000, "currency": "usd"}`)})
 	require.NoError(t, err)
 	return in

@@ -43,7 +43,9 @@ func LegacyPatternEndpoints(patterns ...string) func(r *http.Request) string {
 
 // answeredByLegacyRecord answers r from a live record stored under the
 // legacy endpoint scope (Config.LegacyEndpointFunc), if there is one, and
-// reports whether it did, with its answer.
+// reports whether it did, with its answer. A duplicate of an original in
+// flight under the legacy scope waits for it under Config.WaitInFlight
+// (awaitLegacy).
 func (m *Middleware) answeredByLegacyRecord(w http.ResponseWriter, r *http.Request, fps requestFingerprint, tr *trace) (answer, bool) {
 	scope := tr.scope
 	legacy := scope
@@ -59,6 +61,8 @@ func (m *Middleware) answeredByLegacyRecord(w http.ResponseWriter, r *http.Reque
 		return answer{}, false
 	case err != nil:
 		return m.storeFailure(w, r, scope, "get_legacy", err), true
+	case rec.State == StateInProgress && fps.matches(rec) && m.cfg.WaitInFlight > 0:
+		return m.awaitLegacy(w, r, legacy, rec, fps, tr)
 	}
 	return m.answerExisting(w, r, rec, fps, tr), true
 }

@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 )
@@ -80,6 +82,12 @@ func (m *Middleware) Waiting() int {
 	return m.waiting.total
 }
 
+// MaxWaiting returns Config.MaxWaiting, defaults applied: the most
+// requests of m that wait for an in-flight original at once. Package
+// server/prommetrics exports it as the gauge idemkit_server_max_waiting,
+// so that a rule can compare Waiting with it.
+func (m *Middleware) MaxWaiting() int { return m.cfg.MaxWaiting }
+
 // waitVerdict is what one look at a waited-for record found.
 type waitVerdict int
 
@@ -114,12 +122,18 @@ type waitSession struct {
 }
 
 // newWaitSession returns the waiting of a request, or nil when
-// Config.WaitInFlight is off.
+// Config.WaitInFlight is off. A request that already waited (for a
+// legacy-scope original, see awaitLegacy) continues the same wait: its
+// deadline still counts from its first wait.
 func (m *Middleware) newWaitSession(tr *trace) *waitSession {
 	if m.cfg.WaitInFlight <= 0 {
 		return nil
 	}
-	return &waitSession{m: m, tr: tr}
+	s := &waitSession{m: m, tr: tr}
+	if tr.waited > 0 {
+		s.started = time.Now().Add(-tr.waited)
+	}
+	return s
 }
 
 // await waits for the in-flight original of the request's scope, checking
@@ -131,10 +145,21 @@ func (m *Middleware) newWaitSession(tr *trace) *waitSession {
 // store failure or ctx's error. While it waits it holds no store
 // connection: the store wakes it (ChangeSubscriber) or it polls.
 func (s *waitSession) await(ctx context.Context, check waitCheck) (waitVerdict, *Record, error) {
+	if s == nil {
+		return waitKeep, nil, nil
+	}
+	return s.awaitScope(ctx, s.tr.scope, check)
+}
+
+// awaitScope is await for the original in flight under scope, which is
+// the request's own scope or its legacy one (Config.LegacyEndpointFunc):
+// the waiting place is the request's principal's, the store's change
+// notification that of scope.
+func (s *waitSession) awaitScope(ctx context.Context, scope Scope, check waitCheck) (waitVerdict, *Record, error) {
 	if s == nil || s.tr.waitRefused {
 		return waitKeep, nil, nil
 	}
-	m, scope := s.m, s.tr.scope
+	m := s.m
 	if !m.waiting.enter(scope.Principal, m.cfg.MaxWaiting, m.cfg.MaxWaitingPerPrincipal) {
 		s.tr.waitRefused = true
 		m.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "idemkit: too many requests waiting; answering 409 at once",
@@ -147,8 +172,10 @@ func (s *waitSession) await(ctx context.Context, check waitCheck) (waitVerdict, 
 	if subscribes {
 		maxInterval = waitPollSubscribedMax
 	}
-	if s.started.IsZero() {
-		s.started = time.Now()
+	if s.deadline.IsZero() {
+		if s.started.IsZero() {
+			s.started = time.Now()
+		}
 		s.deadline = s.started.Add(m.cfg.WaitInFlight)
 		s.interval = waitPollMin
 		if subscribes {
@@ -211,6 +238,49 @@ func (s *waitSession) await(ctx context.Context, check waitCheck) (waitVerdict, 
 		t.Stop()
 		stop()
 		s.interval = min(2*s.interval, maxInterval)
+	}
+}
+
+// awaitLegacy waits for the original in flight under legacy, the
+// request's legacy endpoint scope (Config.LegacyEndpointFunc), whose
+// in-progress record rec the legacy lookup found: an original sent to a
+// replica that still runs the former endpoint default. It answers the
+// request from the record once that is completed (a replay), or with 409
+// as without waiting when the wait ends first or waiting is off. It
+// answers nothing (false) when the legacy record is gone (released, or
+// expired): the request goes on under its own scope, and a later wait
+// there continues this one. A legacy record whose lease lapsed is not
+// claimed: it keeps answering 409, as without waiting, until it expires.
+func (m *Middleware) awaitLegacy(w http.ResponseWriter, r *http.Request, legacy Scope, rec *Record, fps requestFingerprint, tr *trace) (answer, bool) {
+	verdict, last, err := m.newWaitSession(tr).awaitScope(r.Context(), legacy, m.legacyWaitCheck(legacy, fps))
+	switch {
+	case err != nil:
+		return m.storeFailure(w, r, tr.scope, "get_legacy", err), true
+	case verdict == waitClaim:
+		return answer{}, false
+	case last != nil:
+		rec = last // completed (a replay), or the latest in-progress record (409)
+	}
+	return m.answerExisting(w, r, rec, fps, tr), true
+}
+
+// legacyWaitCheck is the waitCheck of a legacy-scope original: a completed
+// record (or one of another request) answers, a record gone lets the
+// request go on under its own scope, and an in-progress one is waited
+// for, its lease lapsed or not (only a request under the legacy scope
+// could take it over).
+func (m *Middleware) legacyWaitCheck(legacy Scope, fps requestFingerprint) waitCheck {
+	return func(ctx context.Context) (waitVerdict, *Record, error) {
+		rec, err := m.getForWait(ctx, legacy)
+		switch {
+		case errors.Is(err, ErrRecordNotFound):
+			return waitClaim, nil, nil
+		case err != nil:
+			return waitKeep, nil, err
+		case rec.State == StateCompleted || !fps.matches(rec):
+			return waitAnswer, rec, nil
+		}
+		return waitKeep, rec, nil
 	}
 }
 

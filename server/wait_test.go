@@ -521,3 +521,150 @@ func postTo(srv *httptest.Server, principal, key string) (*mwResponse, error) {
 	body, err := io.ReadAll(resp.Body)
 	return &mwResponse{Status: resp.StatusCode, Header: resp.Header, Body: body}, err
 }
+
+// legacyWaitRig is an upgrade in progress: oldSrv runs the former
+// endpoint default (records under "METHOD pattern"), newSrv the current one
+// with LegacyEndpointFunc and WaitInFlight, both on one store. The first
+// request to run the handler blocks until release; it answers status.
+type legacyWaitRig struct {
+	oldSrv, newSrv *httptest.Server
+	newMW          *server.Middleware
+	runs           atomic.Int64
+	started        chan struct{}
+	release        func()
+
+	mu     sync.Mutex
+	events []server.Event // newMW's
+}
+
+func newLegacyWaitRig(t *testing.T, kind string, firstStatus int) *legacyWaitRig {
+	t.Helper()
+	st := mwNewStore(t, kind)
+	rig := &legacyWaitRig{started: make(chan struct{}, 1)}
+	released := make(chan struct{})
+	var once sync.Once
+	rig.release = func() { once.Do(func() { close(released) }) }
+	charge := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		n := rig.runs.Add(1)
+		status := http.StatusCreated
+		if n == 1 {
+			rig.started <- struct{}{}
+			<-released
+			status = firstStatus
+		}
+		w.WriteHeader(status)
+		_, _ = fmt.Fprintf(w, "charge %d", n)
+	})
+	logger := slog.New(slog.NewTextHandler(t.Output(), nil))
+	oldMW, err := server.New(st.store, &server.Config{PrincipalFunc: mwPrincipal, Mode: server.ModeLease,
+		LeaseDuration: 20 * time.Second, EndpointFunc: legacyPatternEndpoint, Logger: logger})
+	require.NoError(t, err)
+	rig.newMW, err = server.New(st.store, &server.Config{PrincipalFunc: mwPrincipal, Mode: server.ModeLease,
+		LeaseDuration: 20 * time.Second, WaitInFlight: 30 * time.Second, Logger: logger,
+		LegacyEndpointFunc: server.LegacyPatternEndpoints("POST /pay"),
+		OnEventFunc: func(_ *http.Request, e server.Event) {
+			rig.mu.Lock()
+			defer rig.mu.Unlock()
+			rig.events = append(rig.events, e)
+		}})
+	require.NoError(t, err)
+	serve := func(mw *server.Middleware) *httptest.Server {
+		mux := http.NewServeMux()
+		mux.Handle("POST /pay", mw.Wrap(charge))
+		srv := httptest.NewServer(mux)
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	rig.oldSrv, rig.newSrv = serve(oldMW), serve(rig.newMW)
+	t.Cleanup(rig.release) // before the servers close, if the test fails early
+	return rig
+}
+
+// post sends alice's request with key k to srv in a goroutine.
+func (rig *legacyWaitRig) post(t *testing.T, srv *httptest.Server) <-chan *mwResponse {
+	ch := make(chan *mwResponse, 1)
+	go func() {
+		res, err := postTo(srv, "alice", "k")
+		if err != nil {
+			t.Errorf("post: %v", err)
+		}
+		ch <- res
+	}()
+	return ch
+}
+
+// startDuplicate sends the original to the old server, holds it in its
+// handler, and sends its duplicate to the new one, which waits.
+func (rig *legacyWaitRig) startDuplicate(t *testing.T) (first, dup <-chan *mwResponse) {
+	t.Helper()
+	first = rig.post(t, rig.oldSrv)
+	mwRecv(t, rig.started)
+	dup = rig.post(t, rig.newSrv)
+	require.Eventually(t, func() bool { return rig.newMW.Waiting() == 1 }, 20*time.Second, time.Millisecond,
+		"the duplicate waits for the legacy-scope original instead of a 409")
+	return first, dup
+}
+
+// A duplicate whose original is in flight under the legacy endpoint scope
+// (Config.LegacyEndpointFunc: the original was sent to a replica still
+// running the former default, during a rolling upgrade) waits for it and
+// replays its response, as a duplicate under the current scope does,
+// instead of 409 at once; the handler runs once. Lease mode only: in
+// transactional mode the original's record is not visible before it
+// commits, so the legacy lookup cannot see it in flight at all.
+func TestWait_DuplicateOfALegacyScopeOriginalWaits(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, kind string) {
+		if kind == mwMySQL {
+			t.Skip("SQLite and PostgreSQL suffice: the legacy lookup is the middleware's")
+		}
+		rig := newLegacyWaitRig(t, kind, http.StatusCreated)
+		first, dup := rig.startDuplicate(t)
+		rig.release()
+
+		orig := mwRecv(t, first)
+		require.NotNil(t, orig)
+		require.Equal(t, http.StatusCreated, orig.Status, "body %s", orig.Body)
+		got := mwRecv(t, dup)
+		require.NotNil(t, got)
+		require.Equal(t, http.StatusCreated, got.Status, "body %s", got.Body)
+		require.Equal(t, "true", got.Header.Get(wire.HeaderReplayed))
+		require.Equal(t, "charge 1", string(got.Body))
+		require.EqualValues(t, 1, rig.runs.Load(), "the handler ran once")
+		require.Equal(t, 0, rig.newMW.Waiting())
+		rig.mu.Lock()
+		defer rig.mu.Unlock()
+		require.Len(t, rig.events, 1)
+		require.Equal(t, server.OutcomeReplayed, rig.events[0].Outcome)
+		require.Positive(t, rig.events[0].Waited, "the replay's event says it waited")
+	})
+}
+
+// If the legacy-scope original releases its claim (it answered 5xx:
+// nothing happened), the waiting duplicate goes on under its own scope
+// and runs the handler, as a retry after the release would.
+func TestWait_ReleasedLegacyScopeOriginalLetsTheWaiterRun(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, kind string) {
+		if kind == mwMySQL {
+			t.Skip("SQLite and PostgreSQL suffice: the legacy lookup is the middleware's")
+		}
+		rig := newLegacyWaitRig(t, kind, http.StatusBadGateway)
+		first, dup := rig.startDuplicate(t)
+		rig.release()
+
+		require.Equal(t, http.StatusBadGateway, mwRecv(t, first).Status)
+		got := mwRecv(t, dup)
+		require.NotNil(t, got)
+		require.Equal(t, http.StatusCreated, got.Status, "body %s", got.Body)
+		require.Empty(t, got.Header.Get(wire.HeaderReplayed))
+		require.Equal(t, "charge 2", string(got.Body))
+		require.EqualValues(t, 2, rig.runs.Load())
+		require.Equal(t, 0, rig.newMW.Waiting())
+		rig.mu.Lock()
+		defer rig.mu.Unlock()
+		require.Len(t, rig.events, 1)
+		require.Equal(t, server.OutcomeExecuted, rig.events[0].Outcome)
+		require.Positive(t, rig.events[0].Waited)
+	})
+}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/idemkit/idemkit/internal/paymentsapi"
 	"github.com/idemkit/idemkit/internal/testbin"
+	"github.com/idemkit/idemkit/internal/testkit"
 )
 
 // binDir holds the idemkit binary built once for the tests that run it.
@@ -69,7 +70,7 @@ type payAPI struct {
 func newPayAPI(t *testing.T, delay time.Duration) *payAPI {
 	t.Helper()
 	a := &payAPI{started: make(chan string, 16)}
-	app, err := paymentsapi.Open(testCtx(t), &paymentsapi.Config{
+	app, err := paymentsapi.Open(testkit.Ctx(t), &paymentsapi.Config{
 		DB: filepath.Join(t.TempDir(), "payments.db"), Delay: delay, SweepInterval: -1,
 		Logger: slog.New(slog.DiscardHandler),
 		OnChargeStartFunc: func(_, key string) {
@@ -91,7 +92,7 @@ func newPayAPI(t *testing.T, delay time.Duration) *payAPI {
 
 func (a *payAPI) payments(t *testing.T, account string) int {
 	t.Helper()
-	p, err := a.app.Payments(testCtx(t), account)
+	p, err := a.app.Payments(testkit.Ctx(t), account)
 	require.NoError(t, err)
 	return len(p)
 }
@@ -120,7 +121,7 @@ func binEnv(t *testing.T, vars ...string) []string {
 // runBin runs the binary to completion.
 func runBin(t *testing.T, vars []string, stdin string, args ...string) binResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(testCtx(t), 45*time.Second)
+	ctx, cancel := context.WithTimeout(testkit.Ctx(t), 45*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, idemkitBin(t), args...)
 	cmd.Env = vars

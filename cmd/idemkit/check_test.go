@@ -21,6 +21,7 @@ import (
 	"github.com/idemkit/idemkit/internal/conform"
 	"github.com/idemkit/idemkit/internal/paymentsapi"
 	"github.com/idemkit/idemkit/internal/testdb"
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/idemkit/idemkit/internal/testmysql"
 	"github.com/idemkit/idemkit/internal/testpg"
 	"github.com/idemkit/idemkit/server"
@@ -43,7 +44,7 @@ func checkArgs(url string, extra ...string) []string {
 // and the report.
 func checkVerdicts(t *testing.T, args ...string) (int, map[string]conform.Verdict, *conform.Report) {
 	t.Helper()
-	code, out, errOut := cli(t, testCtx(t), "", append(args, "--json")...)
+	code, out, errOut := cli(t, testkit.Ctx(t), "", append(args, "--json")...)
 	var rep conform.Report
 	require.NoError(t, json.Unmarshal([]byte(out), &rep), "stdout: %s\nstderr: %s", out, errOut)
 	var text strings.Builder
@@ -66,7 +67,7 @@ func startPayments(t *testing.T, cfg paymentsapi.Config) *httptest.Server {
 	t.Helper()
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.SweepInterval = -1
-	app, err := paymentsapi.Open(testCtx(t), &cfg)
+	app, err := paymentsapi.Open(testkit.Ctx(t), &cfg)
 	require.NoError(t, err)
 	srv := httptest.NewServer(app.Handler())
 	t.Cleanup(func() {
@@ -136,7 +137,7 @@ func countingServer(t *testing.T, h http.HandlerFunc) (*httptest.Server, *atomic
 func TestCheck_DryRunPrintsThePlanAndSendsNothing(t *testing.T) {
 	t.Parallel()
 	srv, n := countingServer(t, func(w http.ResponseWriter, r *http.Request) {})
-	code, out, errOut := cli(t, testCtx(t), "", checkArgs(srv.URL, "--dry-run")...)
+	code, out, errOut := cli(t, testkit.Ctx(t), "", checkArgs(srv.URL, "--dry-run")...)
 	require.Equal(t, exitOK, code, errOut)
 	require.Zero(t, n.Load())
 	for _, want := range []string{"nothing is sent", "replay", "changed-body", "the first number, 4000, made 4001",
@@ -149,7 +150,7 @@ func TestCheck_DryRunPrintsThePlanAndSendsNothing(t *testing.T) {
 // verdicts go to stdout, the summary to stderr.
 func TestCheck_ExitStatus(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	good := fakeprovider.Start(t, "idemkit", &fakeprovider.Config{Delay: 200 * time.Millisecond})
 	code, out, errOut := cli(t, ctx, "", checkArgs(good.URL)...)
 	require.Equal(t, exitOK, code, errOut)
@@ -198,7 +199,7 @@ func TestCheck_JUnitReport(t *testing.T) {
 	t.Parallel()
 	fake := fakeprovider.Start(t, "idemkit", &fakeprovider.Config{Delay: 500 * time.Millisecond, Broken: fakeprovider.NoRetryAfter})
 	path := filepath.Join(t.TempDir(), "check.xml")
-	code, _, _ := cli(t, testCtx(t), "", checkArgs(fake.URL, "--junit", path)...)
+	code, _, _ := cli(t, testkit.Ctx(t), "", checkArgs(fake.URL, "--junit", path)...)
 	require.Equal(t, exitCheckFailed, code)
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
@@ -264,7 +265,7 @@ func TestCheck_MaxRequestsBoundsTheBattery(t *testing.T) {
 // check fails scoping, and only scoping.
 func TestCheck_CatchesAPrincipalFuncThatIgnoresTheCaller(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	db, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "server.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
@@ -307,7 +308,7 @@ func TestCheck_BinaryAgainstThePaymentsExampleMatchesItsLedger(t *testing.T) {
 // (rewrite with -update, as TestHelp_Golden).
 func TestCheck_HelpGolden(t *testing.T) {
 	t.Parallel()
-	code, out, errOut := cli(t, testCtx(t), "", "check", "--help")
+	code, out, errOut := cli(t, testkit.Ctx(t), "", "check", "--help")
 	require.Equal(t, exitOK, code, errOut)
 	require.Contains(t, out, "130  SIGINT")
 	golden(t, "help-check", out)
@@ -318,7 +319,7 @@ func TestCheck_HelpGolden(t *testing.T) {
 func TestCheck_JSONReport(t *testing.T) {
 	t.Parallel()
 	fake := fakeprovider.Start(t, "idemkit", &fakeprovider.Config{Delay: 100 * time.Millisecond})
-	code, out, errOut := cli(t, testCtx(t), "", checkArgs(fake.URL, "--json")...)
+	code, out, errOut := cli(t, testkit.Ctx(t), "", checkArgs(fake.URL, "--json")...)
 	require.Equal(t, exitOK, code, errOut)
 	require.NotContains(t, out, "Bearer", "credentials stay out of the report")
 	var rep struct {

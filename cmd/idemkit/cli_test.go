@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/testkit"
 )
 
 // TestFind_IDPrefix: show and cancel take the short id (the last 8
@@ -20,7 +22,7 @@ import (
 // ambiguous prefix or suffix lists the candidates.
 func TestFind_IDPrefix(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	queue := filepath.Join(t.TempDir(), "q.db")
 	byFirst := map[byte][]string{}
 	byLast := map[byte][]string{}
@@ -74,7 +76,7 @@ func TestFind_IDPrefix(t *testing.T) {
 // others in words.
 func TestLs_StateValidated(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	queue := filepath.Join(t.TempDir(), "q.db")
 	code, _, errOut := cli(t, ctx, "", "submit", "--queue", queue, "--url", "http://127.0.0.1:1/x")
 	require.Equal(t, 0, code, errOut)
@@ -92,7 +94,7 @@ func TestLs_StateValidated(t *testing.T) {
 func TestFailed_StatusNotRepeated(t *testing.T) {
 	t.Parallel()
 	a := newAPI(t)
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	queue := filepath.Join(t.TempDir(), "q.db")
 	code, _, errOut := cli(t, ctx, "", "do", "--queue", queue, "--url", a.URL+"/charges", "-H", "Authorization: Bearer x", "--data", "bad", "--key", "k")
 	require.Equal(t, exitFailed, code)
@@ -109,7 +111,7 @@ func TestFailed_StatusNotRepeated(t *testing.T) {
 func TestRetry_RequeuesFailedUnderNewKey(t *testing.T) {
 	t.Parallel()
 	a := newAPI(t)
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	queue := filepath.Join(t.TempDir(), "q.db")
 	// No credential: the API refuses it (the principal is the token).
 	code, _, errOut := cli(t, ctx, "", "submit", "--queue", queue, "--url", a.URL+"/charges", "--data", `{"amount":1}`, "--key", "k1")
@@ -152,7 +154,7 @@ func TestRetry_RequeuesFailedUnderNewKey(t *testing.T) {
 // is never resent under a new key.
 func TestRetry_RefusesExpired(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	queue := filepath.Join(t.TempDir(), "q.db")
 	code, _, errOut := cli(t, ctx, "", "do", "--queue", queue, "--url", "http://127.0.0.1:1/x", "--window", "1s", "--key", "gone")
 	require.Equal(t, exitExpired, code, errOut)
@@ -188,7 +190,7 @@ func TestRetryKey(t *testing.T) {
 // deadline exceeded".
 func TestStopped_ShowsTheAttemptError(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	queue := filepath.Join(t.TempDir(), "q.db")
 	code, _, errOut := cli(t, ctx, "", "do", "--queue", queue, "--url", deadURL(t), "--key", "k", "--timeout", "2s")
 	require.Equal(t, exitInterrupted, code, errOut)
@@ -202,7 +204,7 @@ func TestStopped_ShowsTheAttemptError(t *testing.T) {
 // run, whatever earlier runs made; the intents stay pending (exit 2).
 func TestRun_MaxAttemptsPerRun(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	queue := filepath.Join(t.TempDir(), "q.db")
 	dead := deadURL(t)
 	code, _, errOut := cli(t, ctx, "", "do", "--queue", queue, "--url", dead, "--key", "old", "--max-attempts", "3")
@@ -267,7 +269,7 @@ func TestProgress_InPlaceOnTerminal(t *testing.T) {
 // refuses to guess.
 func TestRun_HeadersGoToOneHost(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	a, b := newAPI(t), newAPI(t)
 	queue := filepath.Join(t.TempDir(), "q.db")
 	for _, u := range []string{a.URL, b.URL} {
@@ -301,7 +303,7 @@ func TestRun_HeadersGoToOneHost(t *testing.T) {
 // pending it exits 2 with the command that resumes, else 0.
 func TestRun_TimeoutLeavesWorkQueued(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	empty := filepath.Join(t.TempDir(), "empty.db")
 	code, _, errOut := cli(t, ctx, "", "run", "--queue", empty, "--timeout", "300ms")
 	require.Equal(t, 0, code, "nothing pending: %s", errOut)
@@ -323,7 +325,7 @@ func TestRun_TimeoutLeavesWorkQueued(t *testing.T) {
 func TestDo_BodyOnTerminalEndsLine(t *testing.T) {
 	t.Parallel()
 	a := newAPI(t)
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	for _, tty := range []bool{false, true} {
 		var out, errb strings.Builder
 		e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }, stdoutTTY: tty}
@@ -339,7 +341,7 @@ func TestDo_BodyOnTerminalEndsLine(t *testing.T) {
 func TestPrune_StateKeepsReceipts(t *testing.T) {
 	t.Parallel()
 	a := newAPI(t)
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	queue := filepath.Join(t.TempDir(), "q.db")
 	code, _, errOut := cli(t, ctx, "", "do", "--queue", queue, "--url", a.URL+"/charges", "-H", "Authorization: Bearer x", "--data", "bad", "--key", "bad")
 	require.Equal(t, exitFailed, code, errOut)
@@ -362,7 +364,7 @@ func TestPrune_StateKeepsReceipts(t *testing.T) {
 func TestRun_WarnsOfMissingCredentials(t *testing.T) {
 	t.Parallel()
 	a := newAPI(t)
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	queue := filepath.Join(t.TempDir(), "q.db")
 	code, _, errOut := cli(t, ctx, "", "submit", "--queue", queue, "--url", a.URL+"/charges", "-H", "Authorization: Bearer x", "--data", "ok", "--key", "k")
 	require.Equal(t, 0, code, errOut)
@@ -396,7 +398,7 @@ func TestDo_ProfileChoosesTheDialect(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	}))
 	t.Cleanup(srv.Close)
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	queue := filepath.Join(t.TempDir(), "q.db")
 	host := strings.TrimPrefix(srv.URL, "http://")
 
@@ -418,7 +420,7 @@ func TestDo_ProfileChoosesTheDialect(t *testing.T) {
 // pending intents were queued with, even when this run was given none.
 func TestRun_ResumeHintNamesQueuedCredentials(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	queue := filepath.Join(t.TempDir(), "q.db")
 	code, _, errOut := cli(t, ctx, "", "submit", "--queue", queue, "--url", deadURL(t), "-H", "X-Api-Key: k", "--key", "k")
 	require.Equal(t, 0, code, errOut)
@@ -432,7 +434,7 @@ func TestRun_ResumeHintNamesQueuedCredentials(t *testing.T) {
 func TestRetry_HintNamesTheOriginalCredentials(t *testing.T) {
 	t.Parallel()
 	a := newAPI(t)
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	queue := filepath.Join(t.TempDir(), "q.db")
 	code, _, errOut := cli(t, ctx, "", "do", "--queue", queue, "--url", a.URL+"/charges", "-H", "Authorization: Bearer x", "--data", "bad", "--key", "k")
 	require.Equal(t, exitFailed, code, errOut)
@@ -447,7 +449,7 @@ func TestRetry_HintNamesTheOriginalCredentials(t *testing.T) {
 // only Authorization.
 func TestDo_ResumeHintNamesEveryCredentialHeader(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	queue := filepath.Join(t.TempDir(), "q.db")
 	code, _, errOut := cli(t, ctx, "", "do", "--queue", queue, "--url", deadURL(t), "-H", "X-Api-Key: k_s3cr3t", "--max-attempts", "1")
 	require.Equal(t, exitInterrupted, code, errOut)
@@ -462,7 +464,7 @@ func TestDo_ResumeHintNamesEveryCredentialHeader(t *testing.T) {
 // damaged one on stderr and exits non-zero.
 func TestLs_ListsAroundDamagedRow(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	queue := filepath.Join(t.TempDir(), "q.db")
 	var ids []string
 	for _, u := range []string{"/a", "/bad", "/b"} {
@@ -501,7 +503,7 @@ func TestLs_ListsAroundDamagedRow(t *testing.T) {
 func TestRunUntilDone_JudgesOnlyThisRunsIntents(t *testing.T) {
 	t.Parallel()
 	a := newAPI(t)
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	queue := filepath.Join(t.TempDir(), "q.db")
 	code, _, errOut := cli(t, ctx, "", "submit", "--queue", queue, "--url", a.URL+"/charges", "--data", `{"amount":"bad"}`)
 	require.Equal(t, 0, code, errOut)
@@ -527,7 +529,7 @@ func TestRunUntilDone_JudgesOnlyThisRunsIntents(t *testing.T) {
 func TestRun_RefusesIdempotencyKeyHeader(t *testing.T) {
 	t.Parallel()
 	a := newAPI(t)
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	queue := filepath.Join(t.TempDir(), "q.db")
 	for _, body := range []string{`{"amount":1}`, `{"amount":2}`} {
 		code, _, errOut := cli(t, ctx, "", "submit", "--queue", queue, "--url", a.URL+"/charges", "--data", body)
@@ -546,7 +548,7 @@ func TestRun_RefusesIdempotencyKeyHeader(t *testing.T) {
 func TestRunUntilDone_StopsAtDamagedRow(t *testing.T) {
 	t.Parallel()
 	a := newAPI(t)
-	ctx, cancel := context.WithTimeout(testCtx(t), 15*time.Second)
+	ctx, cancel := context.WithTimeout(testkit.Ctx(t), 15*time.Second)
 	defer cancel()
 	queue := filepath.Join(t.TempDir(), "q.db")
 	var ids []string

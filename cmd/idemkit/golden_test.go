@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/testkit"
 )
 
 var update = flag.Bool("update", false, "rewrite the testdata/*.golden files")
@@ -34,7 +36,7 @@ func golden(t *testing.T, name, got string) {
 // TestHelp_Golden: the --help of every command, exit statuses included.
 func TestHelp_Golden(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	for _, name := range []string{"", "do", "submit", "run", "ls", "show", "cancel", "retry", "prune"} {
 		args := []string{"--help"}
 		if name != "" {
@@ -69,7 +71,7 @@ func normalize(s string) string {
 // TestJSON_Golden: the --json output of every command on a fixed server.
 func TestJSON_Golden(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		if strings.Contains(r.Header.Get("Idempotency-Key"), "fail") {

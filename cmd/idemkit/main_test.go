@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/sqlitestore"
 )
@@ -59,13 +60,6 @@ func cliEnv(t *testing.T, ctx context.Context, vars map[string]string, stdin str
 	return code, out.String(), errb.String()
 }
 
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // api is the real idemkit server middleware in front of a charges
 // endpoint; the principal is the bearer token.
 type api struct {
@@ -77,7 +71,7 @@ type api struct {
 
 func newAPI(t *testing.T) *api {
 	t.Helper()
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	db, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "server.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
@@ -128,7 +122,7 @@ var uuidLine = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]
 func TestCLI_SubmitRunLsShow(t *testing.T) {
 	t.Parallel()
 	a := newAPI(t)
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	queue := filepath.Join(t.TempDir(), "q.db")
 	const secret = "sk_test_SECRET-777"
 
@@ -213,7 +207,7 @@ func TestCLI_SubmitRunLsShow(t *testing.T) {
 func TestCLI_RunUntilDoneFails(t *testing.T) {
 	t.Parallel()
 	a := newAPI(t)
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	queue := filepath.Join(t.TempDir(), "q.db")
 	code, _, errOut := cli(t, ctx, "", "submit", "--queue", queue, "--url", a.URL+"/charges", "--data", `{"amount":"bad"}`)
 	require.Equal(t, 0, code, errOut)
@@ -225,7 +219,7 @@ func TestCLI_RunUntilDoneFails(t *testing.T) {
 func TestCLI_Do(t *testing.T) {
 	t.Parallel()
 	a := newAPI(t)
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	queue := filepath.Join(t.TempDir(), "q.db")
 	args := []string{"do", "--queue", queue, "--url", a.URL + "/charges", "--key", "k-do", "-H", "Authorization: Bearer acct", "--data", "@-"}
 	code, out, errOut := cli(t, ctx, `{"amount":1}`, args...)
@@ -245,7 +239,7 @@ func TestCLI_Do(t *testing.T) {
 
 func TestCLI_UsageErrors(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	dir := t.TempDir()
 	for name, args := range map[string][]string{
 		"no queue":    {"ls"},
@@ -278,7 +272,7 @@ func TestCLI_RunStopsOnSignal(t *testing.T) {
 		want  int
 	}{{errSIGTERM, exitOK}, {errSIGINT, exitSIGINT}} {
 		queue := filepath.Join(t.TempDir(), "q.db")
-		ctx, cancel := context.WithCancelCause(testCtx(t))
+		ctx, cancel := context.WithCancelCause(testkit.Ctx(t))
 		done := make(chan int, 1)
 		go func() {
 			code, _, _ := cli(t, ctx, "", "run", "--queue", queue)

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/testkit"
 )
 
 // lossyFront is the payments example API behind a gateway that loses
@@ -89,7 +91,7 @@ func TestReconcile_BinaryTurnsLostAnswerIntoSucceeded(t *testing.T) {
 	require.True(t, got.Replayed)
 	require.NotContains(t, r.stdout+r.stderr, "Bearer alice", "the credential is never printed")
 
-	payments, err := f.api.app.Payments(testCtx(t), "alice")
+	payments, err := f.api.app.Payments(testkit.Ctx(t), "alice")
 	require.NoError(t, err)
 	require.Len(t, payments, 1, "exactly one payment")
 	r = runBin(t, vars, "", "show", "--queue", queue, "--json", got.ID)
@@ -110,7 +112,7 @@ func TestReconcileCmd_NoRecordExits4(t *testing.T) {
 	t.Parallel()
 	f := newLossyFront(t, true)
 	queue := filepath.Join(t.TempDir(), "q.db")
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	code, _, errOut := cli(t, ctx, "", "do", "--queue", queue, "--url", f.URL+"/v1/payments",
 		"-H", "Content-Type: application/json", "-H", "Authorization: Bearer alice", "--data", usd40)
 	require.Equal(t, exitExpired, code, errOut)
@@ -132,7 +134,7 @@ func TestReconcileCmd_NoRecordExits4(t *testing.T) {
 // TestReconcileCmd_Usage: usage and local errors exit 1.
 func TestReconcileCmd_Usage(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t)
 	dir := t.TempDir()
 	code, _, errOut := cli(t, ctx, "", "reconcile", "--queue", filepath.Join(dir, "none.db"))
 	require.Equal(t, exitError, code)
@@ -151,7 +153,7 @@ func TestReconcileCmd_Usage(t *testing.T) {
 // included.
 func TestReconcileCmd_HelpGolden(t *testing.T) {
 	t.Parallel()
-	code, out, errOut := cli(t, testCtx(t), "", "reconcile", "--help")
+	code, out, errOut := cli(t, testkit.Ctx(t), "", "reconcile", "--help")
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "130  SIGINT")
 	golden(t, "help-reconcile", out)

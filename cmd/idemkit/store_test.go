@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/redact"
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/idemkit/idemkit/internal/testpg"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/pgstore"
@@ -70,7 +71,7 @@ func sqliteTarget(t *testing.T) storeTarget {
 		name: "sqlite",
 		args: []string{"--db", path},
 		seed: func(t *testing.T) {
-			ctx := testCtx(t)
+			ctx := testkit.Ctx(t)
 			db, err := sqlitestore.Open(ctx, path)
 			require.NoError(t, err)
 			defer db.Close()
@@ -100,7 +101,7 @@ func sqliteTarget(t *testing.T) storeTarget {
 func postgresTarget(t *testing.T) storeTarget {
 	dsn := testpg.SchemaDSN(t)
 	pool := func(t *testing.T) *pgxpool.Pool {
-		p, err := pgxpool.New(testCtx(t), dsn)
+		p, err := pgxpool.New(testkit.Ctx(t), dsn)
 		require.NoError(t, err)
 		t.Cleanup(p.Close)
 		return p
@@ -109,7 +110,7 @@ func postgresTarget(t *testing.T) storeTarget {
 		name: "postgres",
 		args: []string{"--dsn", dsn},
 		seed: func(t *testing.T) {
-			ctx := testCtx(t)
+			ctx := testkit.Ctx(t)
 			p := pool(t)
 			st, err := pgstore.New(p, nil)
 			require.NoError(t, err)
@@ -127,7 +128,7 @@ func postgresTarget(t *testing.T) storeTarget {
 			// Each row's version (xmin changes with any write to it) and
 			// the migrations applied.
 			var s string
-			require.NoError(t, pool(t).QueryRow(testCtx(t), `SELECT coalesce((SELECT string_agg(key || '@' || xmin::text || ctid::text, ',' ORDER BY key) FROM idempotency_keys), '')
+			require.NoError(t, pool(t).QueryRow(testkit.Ctx(t), `SELECT coalesce((SELECT string_agg(key || '@' || xmin::text || ctid::text, ',' ORDER BY key) FROM idempotency_keys), '')
 				|| '|' || (SELECT count(*) FROM idempotency_migrations)`).Scan(&s))
 			return s
 		},

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/testkit"
 )
 
 // shellPaste runs a line exactly as printed, through sh, with the idemkit
@@ -24,7 +26,7 @@ func shellPaste(t *testing.T, vars []string, line string) binResult {
 	t.Helper()
 	dir := t.TempDir()
 	require.NoError(t, os.Symlink(idemkitBin(t), filepath.Join(dir, "idemkit")))
-	ctx, cancel := context.WithTimeout(testCtx(t), 45*time.Second)
+	ctx, cancel := context.WithTimeout(testkit.Ctx(t), 45*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "sh", "-c", line)
 	cmd.Env = append(append([]string(nil), vars...), "PATH="+dir+":"+os.Getenv("PATH")) // last wins

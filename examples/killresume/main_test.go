@@ -5,7 +5,6 @@ import (
 	"github.com/idemkit/idemkit/internal/testdb"
 
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,7 +16,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +23,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/idemkit/idemkit/internal/testmysql"
 	"github.com/idemkit/idemkit/internal/testpg"
 )
@@ -39,30 +38,12 @@ func buildBinary(t *testing.T) string {
 	return testbin.Build(t, ".", t.TempDir(), "killresume")
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // demoRun is one run of the demo binary.
 type demoRun struct {
 	cmd    *exec.Cmd
 	tmp    string // the TMPDIR it ran with
-	stdout *syncBuffer
-	stderr *syncBuffer
+	stdout *testkit.SyncBuffer
+	stderr *testkit.SyncBuffer
 	lines  chan string // stdout, line by line
 	done   chan error
 }
@@ -73,7 +54,7 @@ func startDemo(t *testing.T, bin string, args ...string) *demoRun {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	t.Cleanup(cancel)
-	r := &demoRun{tmp: t.TempDir(), stdout: &syncBuffer{}, stderr: &syncBuffer{},
+	r := &demoRun{tmp: t.TempDir(), stdout: &testkit.SyncBuffer{}, stderr: &testkit.SyncBuffer{},
 		lines: make(chan string, 1024), done: make(chan error, 1)}
 	r.cmd = exec.CommandContext(ctx, bin, args...)
 	r.cmd.Env = append(os.Environ(), "TMPDIR="+r.tmp)
@@ -273,7 +254,7 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--nope"}, "nope"},
 		{[]string{"extra"}, "unexpected arguments"},
 	} {
-		var stderr syncBuffer
+		var stderr testkit.SyncBuffer
 		_, err := parseFlags(tc.args, &stderr)
 		require.Error(t, err, "args %q", tc.args)
 		require.Contains(t, err.Error()+stderr.String(), tc.want, "args %q", tc.args)

@@ -8,13 +8,15 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idemkit/internal/testkit"
 )
 
 // TestTimeline_OrdersBySaidTime says lines out of order, as the reader
 // goroutines of several children do, and checks they print in time order.
 func TestTimeline_OrdersBySaidTime(t *testing.T) {
 	t.Parallel()
-	var out syncBuffer
+	var out testkit.SyncBuffer
 	tl := newTimeline(&out)
 	base := tl.t0.Add(10 * time.Millisecond)
 	tl.sayAt(base.Add(2*time.Millisecond), "server", "second")

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/paymentsapi"
+	"github.com/idemkit/idemkit/internal/testkit"
 )
 
 // startInProcess runs the API in process with args added and returns its
@@ -24,7 +25,7 @@ func startInProcess(t *testing.T, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	r, w := io.Pipe()
-	var stderr syncBuffer
+	var stderr testkit.SyncBuffer
 	errc := make(chan error, 1)
 	go func() {
 		err := run(ctx, append([]string{"--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "p.db"), "--sweep", "0"}, args...), w, &stderr)

@@ -3,7 +3,7 @@
 // Idempotency-Key, and the payment row and the idempotency record commit in
 // one transaction.
 //
-//	go run ./examples/payments [--addr 127.0.0.1:8080] [--dsn postgres://...|mysql://...] [--db FILE] [--window 24h] [--delay 0s] [--metrics] [--encryption-key-file FILE] [--mode lease --recover]
+//	go run ./examples/payments [--addr 127.0.0.1:8080] [--dsn postgres://...|mysql://...] [--db FILE] [--window 24h] [--delay 0s] [--delay-after 0s] [--metrics] [--encryption-key-file FILE] [--mode lease --recover]
 //
 // Without --dsn it keeps everything in the SQLite file --db and needs nothing
 // installed; with --dsn it uses PostgreSQL (postgres://...) or MySQL/MariaDB
@@ -108,6 +108,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.cfg.DB, "db", o.cfg.DB, "SQLite database file, created if missing (ignored with --dsn)")
 	fs.DurationVar(&o.cfg.Window, "window", o.cfg.Window, "idempotency window: how long a key is remembered and replayed")
 	fs.DurationVar(&o.cfg.Delay, "delay", o.cfg.Delay, "hold each payment handler this long before the payment is made")
+	fs.DurationVar(&o.cfg.DelayAfter, "delay-after", o.cfg.DelayAfter, "hold each payment handler this long after the payment is made, before it answers")
 	fs.StringVar(&o.mode, "mode", o.mode, `"transactional" (payment, claim and response in one transaction) or "lease" (claim committed first, payment deduplicated by key)`)
 	fs.DurationVar(&o.cfg.LeaseDuration, "lease", o.cfg.LeaseDuration, "lease mode: how long a claim holds before a retry may take it over (0: 30s, capped at half the window)")
 	fs.DurationVar(&o.sweep, "sweep", o.sweep, "interval of the sweeper that deletes expired idempotency records (0: no sweeper)")
@@ -168,6 +169,9 @@ func (o options) validate() error {
 	}
 	if o.cfg.Delay < 0 {
 		errs = append(errs, fmt.Errorf("--delay must not be negative, got %v", o.cfg.Delay))
+	}
+	if o.cfg.DelayAfter < 0 {
+		errs = append(errs, fmt.Errorf("--delay-after must not be negative, got %v", o.cfg.DelayAfter))
 	}
 	if m := paymentsapi.Mode(o.mode); m != paymentsapi.ModeTransactional && m != paymentsapi.ModeLease {
 		errs = append(errs, fmt.Errorf("--mode must be %q or %q, got %q", paymentsapi.ModeTransactional, paymentsapi.ModeLease, o.mode))

@@ -19,6 +19,7 @@ import (
 
 	"github.com/idemkit/idemkit/internal/paymentsapi"
 	"github.com/idemkit/idemkit/internal/testbin"
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/idemkit/idemkit/internal/testmysql"
 	"github.com/idemkit/idemkit/internal/testpg"
 	"github.com/idemkit/idemkit/internal/wire"
@@ -33,14 +34,14 @@ func buildBinary(t *testing.T) string {
 type proc struct {
 	cmd    *exec.Cmd
 	url    string
-	stderr *syncBuffer
+	stderr *testkit.SyncBuffer
 	done   chan error
 }
 
 // startBinary runs bin with args and waits for its listening line.
 func startBinary(t *testing.T, bin string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(bin, args...), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	p := &proc{cmd: exec.Command(bin, args...), stderr: &testkit.SyncBuffer{}, done: make(chan error, 1)}
 	p.cmd.Stderr = p.stderr
 	stdout, err := p.cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -165,7 +166,7 @@ func TestRun_Errors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			var stdout, stderr syncBuffer
+			var stdout, stderr testkit.SyncBuffer
 			err := run(t.Context(), tc.args, &stdout, &stderr)
 			require.Error(t, err)
 			require.Contains(t, err.Error()+stderr.String(), tc.want)
@@ -182,7 +183,7 @@ func TestRun_InProcess(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	r, w := io.Pipe()
-	var stderr syncBuffer
+	var stderr testkit.SyncBuffer
 	errc := make(chan error, 1)
 	go func() {
 		err := run(ctx, []string{"--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "p.db"), "--sweep", "10ms"}, w, &stderr)
@@ -239,7 +240,7 @@ func TestParseFlags(t *testing.T) {
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Parallel()
-			var stderr syncBuffer
+			var stderr testkit.SyncBuffer
 			_, err := parseFlags(tc.args, &stderr)
 			require.Error(t, err)
 			require.Contains(t, err.Error()+stderr.String(), tc.want, fmt.Sprintf("args %q", tc.args))

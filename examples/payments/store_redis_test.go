@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idemkit/internal/paymentsapi"
 	"github.com/idemkit/idemkit/internal/testdb"
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/idemkit/idemkit/internal/testredis"
 	"github.com/idemkit/idemkit/internal/wire"
 )
@@ -73,7 +74,7 @@ func TestParseFlags_RedisDefaultsToLease(t *testing.T) {
 	// An explicit transactional mode is refused when the API opens.
 	o, err = parseFlags([]string{"--dsn", "redis://127.0.0.1:6379/0", "--mode", "transactional"}, nil)
 	require.NoError(t, err)
-	var stdout, stderr syncBuffer
+	var stdout, stderr testkit.SyncBuffer
 	err = run(t.Context(), []string{"--dsn", "redis://127.0.0.1:1/0", "--mode", "transactional", "--addr", "127.0.0.1:0"}, &stdout, &stderr)
 	require.ErrorContains(t, err, "lease")
 	require.Equal(t, "transactional", string(o.cfg.Mode))

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/idemkit/idemkit/internal/wire"
 )
 
@@ -75,21 +75,6 @@ func rawPayment(host, keyHeaderLines, body string, contentLength int) []byte {
 		host, keyHeaderLines, contentLength, body)
 }
 
-// requireProblem checks a problem+json answer with the given status and
-// type slug.
-func requireProblem(t *testing.T, r reply, status int, slug string) {
-	t.Helper()
-	require.Equal(t, status, r.status, "body: %s", r.body)
-	require.Equal(t, "application/problem+json", r.header.Get("Content-Type"), "body: %s", r.body)
-	var p struct {
-		Type   string `json:"type"`
-		Status int    `json:"status"`
-	}
-	require.NoError(t, json.Unmarshal(r.body, &p), "body: %s", r.body)
-	require.Equal(t, wire.ProblemTypeBase+slug, p.Type)
-	require.Equal(t, status, p.Status)
-}
-
 // requireStillServing makes one good payment with a fresh key.
 func requireStillServing(ctx context.Context, t *testing.T, srv *paymentsServer, key string) {
 	t.Helper()
@@ -138,7 +123,7 @@ func TestHostile_Keys(t *testing.T) {
 				t.Logf("%s: rejected by net/http: %q", tc.name, r.body)
 				return
 			}
-			requireProblem(t, r, http.StatusBadRequest, tc.slug)
+			testkit.RequireProblem(t, r.status, r.header, r.body, http.StatusBadRequest, tc.slug)
 			require.NotContains(t, string(r.body), "\xff", "the problem does not echo raw bytes")
 		})
 	}
@@ -244,7 +229,7 @@ func TestHostile_Bodies(t *testing.T) {
 		raw := rawPayment(host, "Idempotency-Key: huge-cl\r\n", "", len(huge))
 		r, err := rawRequest(ctx, host, append(raw, huge[:1024]...), true)
 		require.NoError(t, err)
-		requireProblem(t, r, http.StatusRequestEntityTooLarge, wire.ProblemBodyTooLarge)
+		testkit.RequireProblem(t, r.status, r.header, r.body, http.StatusRequestEntityTooLarge, wire.ProblemBodyTooLarge)
 	})
 	t.Run("huge chunked", func(t *testing.T) {
 		body := io.MultiReader(strings.NewReader(`{"description":"`), bytes.NewReader(bytes.Repeat([]byte("y"), 2<<20)), strings.NewReader(`"}`))
@@ -259,12 +244,12 @@ func TestHostile_Bodies(t *testing.T) {
 		b, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		require.NoError(t, err)
-		requireProblem(t, reply{status: resp.StatusCode, header: resp.Header, body: b}, http.StatusRequestEntityTooLarge, wire.ProblemBodyTooLarge)
+		testkit.RequireProblem(t, resp.StatusCode, resp.Header, b, http.StatusRequestEntityTooLarge, wire.ProblemBodyTooLarge)
 	})
 	t.Run("not JSON", func(t *testing.T) {
 		r, err := post(ctx, url, "alice", "not-json", "text/plain", []byte("this is not json\x00\xff"))
 		require.NoError(t, err)
-		requireProblem(t, r, http.StatusBadRequest, "invalid-payment")
+		testkit.RequireProblem(t, r.status, r.header, r.body, http.StatusBadRequest, "invalid-payment")
 		again, err := post(ctx, url, "alice", "not-json", "text/plain", []byte("this is not json\x00\xff"))
 		require.NoError(t, err)
 		require.Equal(t, r.status, again.status)
@@ -279,7 +264,7 @@ func TestHostile_Bodies(t *testing.T) {
 		raw := rawPayment(host, "Idempotency-Key: truncated\r\n", validPayment[:10], len(validPayment))
 		r, err := rawRequest(ctx, host, raw, true)
 		require.NoError(t, err)
-		requireProblem(t, r, http.StatusBadRequest, wire.ProblemBodyUnreadable)
+		testkit.RequireProblem(t, r.status, r.header, r.body, http.StatusBadRequest, wire.ProblemBodyUnreadable)
 		// Nothing was claimed: the full request with the same key runs.
 		full, err := post(ctx, url, "alice", "truncated", "application/json", []byte(validPayment))
 		require.NoError(t, err)

@@ -11,8 +11,10 @@ import (
 
 // The battery's dialects are the client's profiles: the same header, key
 // encoding and limit, window, replay markers, in-progress and key-reused
-// statuses. (The table is kept in conform so that the fakes do not link
-// the client's SQLite queue.)
+// statuses. (LookupDialect derives them from internal/policy, which links
+// no SQLite, so that the fakes and `idemkit check` do not link the
+// client's queue; this test holds the derivation to the root package's
+// KnownProfile.)
 func TestLookupDialect_AgreesWithTheClientProfiles(t *testing.T) {
 	t.Parallel()
 	for _, name := range conform.DialectNames {

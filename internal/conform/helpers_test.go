@@ -2,7 +2,6 @@ package conform_test
 
 import (
 	"bytes"
-	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/idemkit/idemkit/fakeprovider"
 	"github.com/idemkit/idemkit/internal/conform"
+	"github.com/idemkit/idemkit/internal/testkit"
 )
 
 // execDelay is how long a fake's execution takes: long enough that the
@@ -26,13 +26,6 @@ func failWhen(body []byte) int {
 		return http.StatusInternalServerError
 	}
 	return 0
-}
-
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 // config is the battery the tests run: alice, with bob as the second
@@ -75,7 +68,7 @@ func with(v verdicts, changes verdicts) verdicts {
 // when it differs.
 func requireVerdicts(t *testing.T, cfg *conform.Config, want verdicts) *conform.Report {
 	t.Helper()
-	rep, err := conform.Run(testCtx(t), cfg)
+	rep, err := conform.Run(testkit.Ctx(t), cfg)
 	require.NoError(t, err)
 	var text strings.Builder
 	require.NoError(t, conform.WriteText(&text, rep, false))

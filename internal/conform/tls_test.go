@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/conform"
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/idemkit/idemkit/internal/wire"
 )
 
@@ -32,7 +33,7 @@ func TestRun_HostileKeysOverTLS(t *testing.T) {
 	t.Cleanup(srv.Close)
 	cfg := config(srv.URL, "idemkit")
 	cfg.Transport = srv.Client().Transport
-	rep, err := conform.Run(testCtx(t), cfg)
+	rep, err := conform.Run(testkit.Ctx(t), cfg)
 	require.NoError(t, err)
 	res, ok := rep.Result(conform.PropHostileKeys)
 	require.True(t, ok)

@@ -1,7 +1,6 @@
 package paymentsapi
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,41 +17,24 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idemkit/internal/redact"
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/idemkit/idemkit/internal/testmysql"
 	"github.com/idemkit/idemkit/internal/testpg"
 	"github.com/idemkit/idemkit/internal/wire"
 )
 
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type testBundle struct {
 	app    *App
 	srv    *httptest.Server
 	client *http.Client
-	logs   *syncBuffer
+	logs   *testkit.SyncBuffer
 }
 
 // setup opens an App with cfg, lets adjust change its handlers before any
 // request, and serves it on an httptest server.
 func setup(t *testing.T, cfg *Config, adjust func(h *handlers)) *testBundle {
 	t.Helper()
-	b := &testBundle{logs: &syncBuffer{}}
+	b := &testBundle{logs: &testkit.SyncBuffer{}}
 	cfg.Logger = slog.New(slog.NewTextHandler(b.logs, nil))
 	app, err := Open(t.Context(), cfg)
 	require.NoError(t, err)
@@ -164,18 +146,7 @@ func forEachBackendAndMode(t *testing.T, fn func(t *testing.T, cfg *Config)) {
 
 func requireProblem(t *testing.T, resp response, status int, slug string) {
 	t.Helper()
-	require.Equal(t, status, resp.status, "body: %s", resp.body)
-	require.Equal(t, "application/problem+json", resp.header.Get("Content-Type"))
-	var p struct {
-		Type   string `json:"type"`
-		Title  string `json:"title"`
-		Status int    `json:"status"`
-		Detail string `json:"detail"`
-	}
-	require.NoError(t, json.Unmarshal(resp.body, &p), "body: %s", resp.body)
-	require.Equal(t, wire.ProblemTypeBase+slug, p.Type)
-	require.Equal(t, status, p.Status)
-	require.NotEmpty(t, p.Title)
+	testkit.RequireProblem(t, resp.status, resp.header, resp.body, status, slug)
 }
 
 const usd40 = `{"amount": 4000, "currency": "usd", "description": "groceries"}`

@@ -148,6 +148,7 @@ func Open(ctx context.Context, cfg *Config) (_ *App, err error) {
 		ledger:            l,
 		logger:            cfg.Logger,
 		delay:             cfg.Delay,
+		delayAfter:        cfg.DelayAfter,
 		abortOnDisconnect: cfg.AbortOnDisconnect,
 		stopping:          stopping,
 		timeNowFunc:       time.Now,

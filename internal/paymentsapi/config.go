@@ -61,6 +61,12 @@ type Config struct {
 	// made, to make the in-flight window visible. Defaults to 0.
 	Delay time.Duration
 
+	// DelayAfter holds every payment handler this long after the payment is
+	// made (in lease mode: committed to the ledger), before it answers: a
+	// process killed then leaves a payment made and its claim in progress,
+	// the case the recoverer completes. Defaults to 0.
+	DelayAfter time.Duration
+
 	// Mode is ModeTransactional or ModeLease. Defaults to ModeDefault
 	// (transactional).
 	Mode Mode
@@ -195,6 +201,9 @@ func (c *Config) validate() error {
 	}
 	if c.Window < time.Second {
 		errs = append(errs, fmt.Errorf("paymentsapi: Config.Window must be at least 1s, got %v", c.Window))
+	}
+	if c.DelayAfter < 0 {
+		errs = append(errs, fmt.Errorf("paymentsapi: Config.DelayAfter must not be negative, got %v", c.DelayAfter))
 	}
 	if c.Delay < 0 {
 		errs = append(errs, fmt.Errorf("paymentsapi: Config.Delay must not be negative, got %v", c.Delay))

@@ -22,8 +22,9 @@ const MaxBodyBytes = 16 << 10
 type handlers struct {
 	ledger ledger
 	logger *slog.Logger
-	// delay holds every create handler this long before the insert.
-	delay time.Duration
+	// delay holds every create handler this long before the insert;
+	// delayAfter this long after it, before the answer.
+	delay, delayAfter time.Duration
 	// abortOnDisconnect makes the create handler give up (and roll back)
 	// when the client goes away. By default it finishes the payment anyway,
 	// like a real server that cannot tell a lost client from a slow one.
@@ -131,6 +132,16 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
 	}
 	if h.onChargeMade != nil {
 		h.onChargeMade(scope.Principal, scope.Key)
+	}
+	if h.delayAfter > 0 {
+		// The payment is made: whatever happens now, the answer says so
+		// (a shutdown does not cut this wait short).
+		t := time.NewTimer(h.delayAfter)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+		}
 	}
 	writeStored(w, paymentResponse(p))
 }

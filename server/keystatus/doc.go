@@ -32,8 +32,16 @@
 // Within the window, resending the request with the same key is then safe:
 // the middleware replays or waits on anything still there.
 //
-// created_at is when the record was first claimed (RFC 3339, UTC); the
-// store contract keeps no completion time, so no completed_at is sent.
+// # Timestamps
+//
+// created_at (RFC 3339, UTC, whole seconds) is when the record was first
+// claimed: when the original request arrived. A takeover of a lapsed lease
+// (a retry, or server/recoverer) keeps it; only a key claimed anew after
+// its record expired starts a new one. age_seconds (in_progress) counts
+// from it too. For a completed record it is not the time of completion:
+// server.Record keeps no completion time on any store, so no completed_at
+// is sent, and the response was stored at some moment after created_at
+// (by the original, or much later by a takeover or the recoverer).
 //
 // A request without a principal gets the middleware's 401 unauthenticated
 // (or principal-invalid) problem; a key the middleware would refuse gets

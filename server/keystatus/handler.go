@@ -45,7 +45,10 @@ type Answer struct {
 	AgeSeconds *int64 `json:"age_seconds,omitempty"`
 	// ResponseStatus is the stored response's status (completed only).
 	ResponseStatus int `json:"response_status,omitempty"`
-	// CreatedAt is when the record was first claimed, RFC 3339 in UTC.
+	// CreatedAt is when the record was first claimed (the original
+	// request's arrival; kept by takeovers), RFC 3339 in UTC. For a
+	// completed record it is not the time of completion, which no store
+	// keeps.
 	CreatedAt string `json:"created_at,omitempty"`
 	// Response is the stored response, when Config.ShowResponseFunc
 	// allows it.

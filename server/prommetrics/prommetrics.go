@@ -22,6 +22,7 @@
 //	idemkit_server_claim_duration_seconds    latency of the claim call (histogram)
 //	idemkit_server_quota_rejections_total    new keys refused 429 by a per-principal quota
 //	idemkit_server_responses_not_captured_total  handlers that wrote around the middleware (response-not-captured)
+//	idemkit_server_wait_refused_total        duplicates answered 409 at once because every waiting place was taken (server.Event.WaitRefused)
 //
 // Each has the label store (Config.Store, "default" with New), so that the
 // metrics of several middlewares, one per store, can share a Registerer.
@@ -35,6 +36,9 @@
 //	sw := sweeper.Start(store, nil)
 //	c, err := prommetrics.NewStoreCollector(store, &prommetrics.StoreCollectorConfig{Sweeper: sw, Window: window})
 //	err = prometheus.DefaultRegisterer.Register(c)
+//
+// NewWaitingGauge exports the requests waiting for their in-flight
+// original (server.Config.WaitInFlight) and their bound.
 //
 // NewRecovererCollector exports what a server/recoverer did with the
 // lapsed claims of dead holders (see RecovererCollector).
@@ -69,6 +73,7 @@ type Metrics struct {
 	claimTime   prometheus.Histogram
 	quota       prometheus.Counter
 	notCaptured prometheus.Counter
+	waitRefused prometheus.Counter
 }
 
 // Config configures the Metrics of NewWithConfig. The zero value is valid.
@@ -137,6 +142,8 @@ func NewWithConfig(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 		quota: counter("quota_rejections_total", "New keys refused 429 because the principal is over a per-principal quota."),
 		notCaptured: counter("responses_not_captured_total",
 			"Handlers that returned without writing through the middleware's ResponseWriter: the record was completed as response-not-captured."),
+		waitRefused: counter("wait_refused_total",
+			"Duplicates of an in-flight request answered 409 at once because Config.MaxWaiting or Config.MaxWaitingPerPrincipal was reached."),
 	}
 	for _, o := range outcomes {
 		m.requests.WithLabelValues(string(o))
@@ -145,7 +152,7 @@ func NewWithConfig(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 		m.storeErrors.WithLabelValues(op)
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.claims, m.replays, m.conflicts, m.mismatches,
-		m.releases, m.takeovers, m.leaseLost, m.storeErrors, m.claimTime, m.quota, m.notCaptured} {
+		m.releases, m.takeovers, m.leaseLost, m.storeErrors, m.claimTime, m.quota, m.notCaptured, m.waitRefused} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
@@ -186,6 +193,9 @@ func (m *Metrics) Observe(_ *http.Request, e server.Event) {
 	}
 	if e.ResponseNotCaptured {
 		m.notCaptured.Inc()
+	}
+	if e.WaitRefused {
+		m.waitRefused.Inc()
 	}
 	for _, op := range e.StoreErrors {
 		m.storeErrors.WithLabelValues(op).Inc()

@@ -72,3 +72,61 @@ func TestMetrics_ReplayRefusedOutcome(t *testing.T) {
 	v, _ = refused()
 	require.InDelta(t, 1, v, 0)
 }
+
+type fakeLimitedWaiter struct{ fakeWaiter }
+
+func (*fakeLimitedWaiter) MaxWaiting() int { return 256 }
+
+// *server.Middleware reports its bound, so that NewWaitingGauge exports
+// idemkit_server_max_waiting for it.
+var _ interface{ MaxWaiting() int } = (*server.Middleware)(nil)
+
+// A Waiter that reports its bound gets idemkit_server_max_waiting beside
+// idemkit_server_waiting, both under the store label, from the first
+// scrape.
+func TestWaitingGauge_ExportsTheBound(t *testing.T) {
+	t.Parallel()
+	w := &fakeLimitedWaiter{}
+	g, err := prommetrics.NewWaitingGauge(w, &prommetrics.Config{Store: "sqlite"})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(g))
+	w.n.Store(2)
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		m := mf.GetMetric()[0]
+		require.Equal(t, "sqlite", m.GetLabel()[0].GetValue(), mf.GetName())
+		got[mf.GetName()] = m.GetGauge().GetValue()
+	}
+	require.Equal(t, map[string]float64{"idemkit_server_waiting": 2, "idemkit_server_max_waiting": 256}, got)
+}
+
+// A duplicate refused a waiting place is counted in
+// idemkit_server_wait_refused_total, exported at zero from the start.
+func TestMetrics_WaitRefused(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	met, err := prommetrics.New(reg)
+	require.NoError(t, err)
+	refused := func() (float64, bool) {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() == "idemkit_server_wait_refused_total" {
+				return mf.GetMetric()[0].GetCounter().GetValue(), true
+			}
+		}
+		return 0, false
+	}
+	v, ok := refused()
+	require.True(t, ok, "the series exists before any refusal")
+	require.Zero(t, v)
+	met.Observe(nil, server.Event{Outcome: server.OutcomeConflict, Status: 409})
+	v, _ = refused()
+	require.Zero(t, v, "a 409 after waiting, or without waiting on, is no refusal")
+	met.Observe(nil, server.Event{Outcome: server.OutcomeConflict, Status: 409, WaitRefused: true})
+	v, _ = refused()
+	require.InDelta(t, 1, v, 0)
+}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idemkit/internal/testkit"
 	"github.com/idemkit/idemkit/server"
 	"github.com/idemkit/idemkit/server/sealstore"
 	"github.com/idemkit/idemkit/server/storetest"
@@ -32,7 +33,7 @@ func TestSealStore_RotationOldKeysOpenRemovedKeysRefuse(t *testing.T) {
 		require.Equal(t, "2", keyIDOf(b.rawBody(t, "alice", "k-2")), "the current key seals new rows")
 
 		seen := &errorsSeen{}
-		var log syncBuffer
+		var log testkit.SyncBuffer
 		retiredStore := b.seal(t, &sealstore.Config{Keys: map[string][]byte{"2": key2}, OnErrorFunc: seen.record,
 			Logger: slog.New(slog.NewTextHandler(&log, nil))})
 		retired := newAPI(t, b, retiredStore, mode)

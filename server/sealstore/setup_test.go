@@ -12,7 +12,6 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -303,22 +302,4 @@ func (b *backend) update(t testing.TB, query string, args ...any) {
 	n, err := b.exec(storetest.Context(t), query, args...)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n, "rows changed by %s", query)
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -1,5 +1,0 @@
-//go:build !race
-
-package idemkit
-
-const raceEnabled = false
