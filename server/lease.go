@@ -48,6 +48,11 @@ func heldUntil(sent time.Time, delay, lease time.Duration) time.Time {
 // wrapping ErrLeaseLost. The deadline is kept whatever the store path does:
 // extensions run apart from it, so one that hangs on a frozen path does not
 // delay the cancellation.
+//
+// The heartbeat starts lazily: nearly every handler returns well within
+// the first LeaseDuration/3, so a request holds only a timer until then,
+// and the heartbeat's goroutine, ticker and deadline timer start when it
+// fires (or at once when the deadline comes first).
 type lease struct {
 	m             *Middleware
 	scope         Scope
@@ -68,12 +73,13 @@ type lease struct {
 	lostCount    int
 
 	lost     chan struct{} // closed once err is set
+	start    *time.Timer   // runs the heartbeat; stopped by stop if it has not fired
 	stopOnce sync.Once
 	stopCh   chan struct{}
-	done     chan struct{}
+	done     chan struct{} // closed when a started heartbeat has ended
 }
 
-// startLease starts the heartbeat of the claim of scope with token, whose
+// startLease arms the heartbeat of the claim of scope with token, whose
 // claim call was sent at sent and granted res.LeaseDelay later.
 func (m *Middleware) startLease(ctx context.Context, tr *trace, res ClaimResult, sent time.Time, cancelHandler context.CancelCauseFunc) *lease {
 	l := &lease{
@@ -83,7 +89,8 @@ func (m *Middleware) startLease(ctx context.Context, tr *trace, res ClaimResult,
 		stopCh:    make(chan struct{}),
 		done:      make(chan struct{}),
 	}
-	go l.run(ctx)
+	first := min(m.cfg.LeaseDuration/3, time.Until(l.heldUntil))
+	l.start = time.AfterFunc(first, func() { l.run(ctx) })
 	return l
 }
 
@@ -93,9 +100,16 @@ type extension struct {
 	err  error
 }
 
+// run is the heartbeat, from its first tick (or the deadline, if that came
+// first) until stop or the lease is lost.
 func (l *lease) run(ctx context.Context) {
 	defer close(l.done)
 	m := l.m
+	select {
+	case <-l.stopCh:
+		return // stopped as the timer fired
+	default:
+	}
 	interval := m.cfg.LeaseDuration / 3
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -112,6 +126,19 @@ func (l *lease) run(ctx context.Context) {
 			<-results
 		}
 	}()
+	extend := func() {
+		inFlight = true
+		go func() {
+			sent := time.Now() // before the now the store may count from
+			c, cancel := context.WithTimeout(callCtx, min(m.cfg.StoreTimeout, interval))
+			err := m.store.ExtendLease(c, l.scope, l.token, m.now(), m.cfg.LeaseDuration)
+			cancel()
+			results <- extension{sent: sent, err: err}
+		}()
+	}
+	if time.Until(l.until()) > 0 {
+		extend() // the first tick
+	}
 	for {
 		select {
 		case <-l.stopCh:
@@ -134,15 +161,7 @@ func (l *lease) run(ctx context.Context) {
 			if inFlight {
 				continue // the last call is still out; it times out within an interval
 			}
-			inFlight = true
-			go func() {
-				sent := time.Now() // before the now the store may count from
-				c, cancel := context.WithTimeout(callCtx, min(m.cfg.StoreTimeout, interval))
-				err := m.store.ExtendLease(c, l.scope, l.token, m.now(), m.cfg.LeaseDuration)
-				cancel()
-				results <- extension{sent: sent, err: err}
-			}()
-			continue
+			extend()
 		case res := <-results:
 			inFlight = false
 			moved, stop := l.extended(ctx, res)
@@ -227,7 +246,9 @@ func (l *lease) lostErr() error {
 func (l *lease) stop() {
 	l.stopOnce.Do(func() {
 		close(l.stopCh)
-		<-l.done
+		if !l.start.Stop() {
+			<-l.done // the heartbeat started: wait for it to end
+		}
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		for range l.extendErrors {
