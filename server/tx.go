@@ -33,9 +33,9 @@ func (m *Middleware) serveTxOnce(w http.ResponseWriter, r *http.Request, next ht
 	// expires, so a plain read answers a duplicate without a transaction (and,
 	// on SQLite, without waiting for the single writer). Absence proves
 	// nothing here; only the claim below decides who runs the handler. A
-	// store whose transactional claim reads first (pgstore) makes this read
-	// on the transaction's connection instead.
-	if rf, ok := m.store.(txClaimReader); !ok || !rf.TxClaimReadsFirst() {
+	// store whose transactional claim answers replays itself (pgstore) skips
+	// this read: its claim reads a completed record in the same round trip.
+	if rf, ok := m.store.(txClaimReplayer); !ok || !rf.TxClaimAnswersReplays() {
 		getCtx, cancelGet := context.WithTimeout(ctx, m.cfg.StoreTimeout)
 		existing, err := m.store.Get(getCtx, scope, m.now())
 		cancelGet()
@@ -108,11 +108,11 @@ func (m *Middleware) serveTxOnce(w http.ResponseWriter, r *http.Request, next ht
 	return m.runHeld(w, r.WithContext(hctx), ctx, cleanup, next, t, tr), true
 }
 
-// txClaimReader is a Store whose StoreTx.Claim, first in its transaction,
-// reads the record before it begins the transaction and answers a completed
-// one without a lock, as the middleware's own read before BeginTx would.
-type txClaimReader interface {
-	TxClaimReadsFirst() bool
+// txClaimReplayer is a Store whose StoreTx.Claim, first in its
+// transaction, answers a live completed record itself without a lock, as
+// the middleware's own read before BeginTx would.
+type txClaimReplayer interface {
+	TxClaimAnswersReplays() bool
 }
 
 // commitUnknown answers a transactional request whose COMMIT was sent but

@@ -54,20 +54,6 @@ FROM c
 ` + sqlstore.ClaimConflict + `
 RETURNING token, created_at <> (SELECT now FROM c)`
 
-	// pgClaimInsert claims a scope no row holds, and does nothing else: an
-	// existing row, live or not, makes it return no row without locking or
-	// writing it (a replay commits nothing). Its times are now(), the start
-	// of its transaction, which begins in the same round trip (the BEGIN,
-	// or the batch's implicit transaction). A concurrent uncommitted claim
-	// of the same scope makes it wait, as pgClaim does.
-	pgClaimInsert = `INSERT INTO idempotency_keys
-    (principal, endpoint, key, state, fingerprint, fingerprint_version, token, locked_until, created_at, expires_at)
-VALUES ($1, $2, $3, 'in_progress', $4, $5, 1,
-    coalesce($6::timestamptz, now()) + $7::bigint * interval '1 microsecond', coalesce($6::timestamptz, now()),
-    coalesce($6::timestamptz, now()) + $8::bigint * interval '1 microsecond')
-ON CONFLICT (principal, endpoint, key) DO NOTHING
-RETURNING token`
-
 	// pgClaimOrRead: see sqlstore.ClaimReader. It neither locks nor writes
 	// an existing row: a replay commits nothing.
 	pgClaimOrRead = `WITH c AS (SELECT coalesce($6::timestamptz, clock_timestamp()) AS now),
@@ -137,7 +123,7 @@ WHERE principal = $1 AND expires_at > coalesce($2::timestamptz, clock_timestamp(
 FROM idempotency_keys`
 )
 
-// claimArgs are the arguments of pgClaim, pgClaimOrRead and pgClaimInsert: the database's
+// claimArgs are the arguments of pgClaim, pgClaimOrRead and pgClaimOrReplay: the database's
 // clock decides, req.Now only anchors req.LockedUntil and req.ExpiresAt,
 // whose distances from it are the lease and the window.
 func (d *dialect) claimArgs(req server.ClaimRequest) []any {

@@ -187,11 +187,11 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 // txDialect is the dialect without its ClaimReader capability.
 type txDialect struct{ sqlstore.Dialect }
 
-// TxClaimReadsFirst reports that the first Claim of a transaction from
-// BeginTx reads the record on the transaction's connection before it begins
-// the transaction, so that the transactional middleware answers a replay
-// from that read instead of taking a second connection for one of its own.
-func (s *Store) TxClaimReadsFirst() bool { return true }
+// TxClaimAnswersReplays reports that the first Claim of a transaction from
+// BeginTx answers a live completed record itself, in the round trip that
+// begins the transaction, so that the transactional middleware does not
+// take a read of its own before every claim.
+func (s *Store) TxClaimAnswersReplays() bool { return true }
 
 // Pool returns the pool the store uses.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
@@ -206,6 +206,15 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // req.Now only anchors req.LockedUntil and req.ExpiresAt, whose distances
 // from it are the lease and the window.
 func (s *Store) Claim(ctx context.Context, req server.ClaimRequest) (server.ClaimResult, error) {
+	if s.cfg.Partitioned {
+		return s.s.Claim(ctx, s.q, req)
+	}
+	if err := sqlstore.ValidateClaimRequest(req); err != nil {
+		return server.ClaimResult{}, err
+	}
+	if res, decided, err := s.claimLive(ctx, req); decided {
+		return res, err
+	}
 	return s.s.Claim(ctx, s.q, req)
 }
 

@@ -27,7 +27,7 @@ func TestSealStore_InnerCapabilities(t *testing.T) {
 			t.Parallel()
 			b := newBackend(t, name)
 			store := b.seal(t, &sealstore.Config{Keys: map[string][]byte{"1": key1}, HashKeys: true, HashKey: hashKey})
-			require.Equal(t, name == "Postgres", store.TxClaimReadsFirst())
+			require.Equal(t, name == "Postgres", store.TxClaimAnswersReplays())
 			require.Same(t, b.inner, store.Unwrap())
 
 			m, err := server.New(store, &server.Config{
@@ -68,5 +68,5 @@ func TestSealStore_CapabilitiesTheInnerStoreLacks(t *testing.T) {
 	require.True(t, errors.Is(err, errors.ErrUnsupported), "got %v", err)
 	_, err = store.Stats(ctx, time.Now())
 	require.ErrorIs(t, err, errors.ErrUnsupported)
-	require.False(t, store.TxClaimReadsFirst())
+	require.False(t, store.TxClaimAnswersReplays())
 }

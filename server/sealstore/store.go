@@ -217,12 +217,12 @@ func (s *Store) BeginTx(ctx context.Context, lockTimeout time.Duration) (server.
 	return &storeTx{s: s, tx: tx}, nil
 }
 
-// TxClaimReadsFirst reports what the inner store does: whether its
-// transactional claim reads the record before it begins the transaction
-// (pgstore.Store does), so that the middleware skips its own read.
-func (s *Store) TxClaimReadsFirst() bool {
-	rf, ok := s.inner.(interface{ TxClaimReadsFirst() bool })
-	return ok && rf.TxClaimReadsFirst()
+// TxClaimAnswersReplays reports what the inner store does: whether its
+// transactional claim answers a completed record itself (pgstore.Store's
+// does), so that the middleware skips its own read.
+func (s *Store) TxClaimAnswersReplays() bool {
+	rf, ok := s.inner.(interface{ TxClaimAnswersReplays() bool })
+	return ok && rf.TxClaimAnswersReplays()
 }
 
 // PrincipalUsage returns the inner store's usage of principal, for the
