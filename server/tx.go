@@ -72,7 +72,7 @@ func (m *Middleware) serveTxOnce(w http.ResponseWriter, r *http.Request, next ht
 	tr.claimDuration = time.Since(t0)
 	if err != nil || !res.Acquired {
 		// Nothing of this request's is in the transaction (on pgstore, a
-		// replay has not even begun one).
+		// replay's claim began it and wrote nothing).
 		m.rollback(ctx, tx, scope)
 		ex := res.Existing
 		if errors.Is(err, ErrInFlight) || (err == nil && ex != nil && ex.State == StateInProgress && fps.matches(ex)) {
@@ -145,6 +145,7 @@ type txClaim struct {
 	tr    *trace
 	token int64
 	op    string // the store call finish failed at
+	ended bool   // committed: end has nothing to roll back
 }
 
 func (t *txClaim) finish(ctx context.Context, _ *http.Request, resp *StoredResponse) error {
@@ -155,7 +156,11 @@ func (t *txClaim) finish(ctx context.Context, _ *http.Request, resp *StoredRespo
 		return err
 	}
 	t.op = "commit"
-	return t.tx.Commit(callCtx)
+	if err := t.tx.Commit(callCtx); err != nil {
+		return err
+	}
+	t.ended = true
+	return nil
 }
 
 func (t *txClaim) abandon(context.Context, *http.Request) {
@@ -192,6 +197,9 @@ func (t *txClaim) answerFailure(w http.ResponseWriter, r *http.Request, rec *rec
 // canceled request does not stop the rollback; Config.StoreTimeout bounds
 // it.
 func (t *txClaim) end() {
+	if t.ended {
+		return
+	}
 	ctx, cancel := context.WithTimeout(t.ctx, t.m.cfg.StoreTimeout)
 	defer cancel()
 	t.m.rollback(ctx, t.tx, t.tr.scope)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idemkit/idemkit/server"
@@ -11,7 +12,10 @@ import (
 )
 
 // pgClaimOrReplay is the first claim of a transactional-mode transaction,
-// sent with its BEGIN and timeouts in one round trip. It inserts the claim
+// sent with its BEGIN in one round trip. It sets the transaction's timeouts
+// first ($9–$11, as pgSetTimeouts does; the materialized CTE feeds the
+// insert, so lock_timeout is in force before the insert can wait on a
+// concurrent claim; statement_timeout applies from the next statement). It inserts the claim
 // of a scope no row holds and returns its token; when a row holds the scope
 // it writes and locks nothing, and returns that row's response if it is a
 // live completed record (a replay). It returns a row of NULLs otherwise (an
@@ -23,12 +27,16 @@ import (
 // ([BEGIN; claim], no read before it) and a replay two round trips (this
 // one and the ROLLBACK), as the hand-written [BEGIN; claim], [SELECT;
 // COMMIT]. Its row is a recordRow.
-const pgClaimOrReplay = `WITH ins AS (
+const pgClaimOrReplay = `WITH t AS MATERIALIZED (
+    SELECT set_config('lock_timeout', $9, true), set_config('statement_timeout', $10, true),
+        set_config('idle_in_transaction_session_timeout', $11, true)),
+ins AS (
     INSERT INTO idempotency_keys
         (principal, endpoint, key, state, fingerprint, fingerprint_version, token, locked_until, created_at, expires_at)
-    VALUES ($1, $2, $3, 'in_progress', $4, $5, 1,
+    SELECT $1, $2, $3, 'in_progress', $4, $5, 1,
         coalesce($6::timestamptz, now()) + $7::bigint * interval '1 microsecond', coalesce($6::timestamptz, now()),
-        coalesce($6::timestamptz, now()) + $8::bigint * interval '1 microsecond')
+        coalesce($6::timestamptz, now()) + $8::bigint * interval '1 microsecond'
+    FROM t
     ON CONFLICT (principal, endpoint, key) DO NOTHING
     RETURNING token)
 SELECT i.token, k.fingerprint, k.fingerprint_version, k.token, k.response_status, k.response_headers,
@@ -131,8 +139,8 @@ func (s *Store) claimLive(ctx context.Context, req server.ClaimRequest) (res ser
 	return res, false, nil
 }
 
-// claimFresh is the first claim of a transaction: the BEGIN, the timeouts
-// and pgClaimOrReplay in one round trip, which acquire a fresh scope or
+// claimFresh is the first claim of a transaction: the BEGIN and
+// pgClaimOrReplay (which sets the timeouts) in one round trip, which acquire a fresh scope or
 // read a live completed record. Anything else is not decided here: decided
 // is false, and the caller claims with the upsert on the begun transaction,
 // which decides under the row lock. A partitioned table (whose claim is a
@@ -152,9 +160,10 @@ func (t *pgTx) claimFresh(ctx context.Context, req server.ClaimRequest) (res ser
 		}
 		return res, false, nil
 	}
-	b := t.beginBatch()
-	b.Queue(pgClaimOrReplay, t.st.d.claimArgs(req)...)
-	br, err := t.sendBatch(ctx, b, 2)
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	b.Queue(pgClaimOrReplay, append(t.st.d.claimArgs(req), t.timeouts...)...)
+	br, err := t.sendBatch(ctx, b, 1)
 	if err != nil {
 		return res, true, interpretError(err)
 	}
