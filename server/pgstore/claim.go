@@ -140,8 +140,8 @@ func (s *Store) claimLive(ctx context.Context, req server.ClaimRequest) (res ser
 }
 
 // claimFresh is the first claim of a transaction: the BEGIN and
-// pgClaimOrReplay (which sets the timeouts) in one round trip, which acquire a fresh scope or
-// read a live completed record. Anything else is not decided here: decided
+// pgClaimOrReplay (which sets the timeouts) in one round trip, which
+// acquire a fresh scope or read a live completed record. Anything else is not decided here: decided
 // is false, and the caller claims with the upsert on the begun transaction,
 // which decides under the row lock. A partitioned table (whose claim is a
 // function) reads a completed record before anything is begun, and leaves

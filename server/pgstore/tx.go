@@ -31,12 +31,12 @@ func Tx(ctx context.Context) (pgx.Tx, bool) {
 // the wait for a connection; the caller must end the transaction with Commit
 // or Rollback.
 //
-// Round trips: the first claim travels with the BEGIN and the timeouts in
-// one batch, which claims a fresh scope or reads a completed record (or the
-// handler's first statement does, without the claim), and the completion
-// travels with the COMMIT, so that a new key costs three round trips
-// besides the handler's and a replay two (the claim and the ROLLBACK), as a
-// hand-written pgx.Batch version does.
+// Round trips: the first claim travels with the BEGIN in one batch (it
+// sets the timeouts itself) and claims a fresh scope or reads a completed
+// record (or the handler's first statement travels with the BEGIN, without
+// the claim), and the completion travels with the COMMIT: a new key costs
+// two round trips besides the handler's and a replay two (the claim and the
+// ROLLBACK), as a hand-written pgx.Batch version does.
 //
 // Handle returns a pgx.Tx.
 func (s *Store) BeginTx(ctx context.Context, lockTimeout time.Duration) (server.StoreTx, error) {
@@ -148,12 +148,12 @@ func (t *pgTx) begin(ctx context.Context) error {
 	return br.Close()
 }
 
-// Claim implements server.StoreTx.Claim. The first claim of the transaction
-// travels with the BEGIN and the timeouts in one round trip, which acquires
-// a fresh scope or reads a live completed record (claimFresh); any other
-// row that claim meets, and any later claim, is decided by the upsert,
-// which locks the row until the transaction ends, and read by a second
-// statement.
+// Claim implements server.StoreTx.Claim. The first claim of the
+// transaction travels with the BEGIN in one round trip (setting the
+// timeouts), which acquires a fresh scope or reads a live completed record
+// (claimFresh); any other row that claim meets, and any later claim, is
+// decided by the upsert, which locks the row until the transaction ends,
+// and read by a second statement.
 func (t *pgTx) Claim(ctx context.Context, req server.ClaimRequest) (server.ClaimResult, error) {
 	if t.conn == nil {
 		return server.ClaimResult{}, interpretError(pgx.ErrTxClosed)
