@@ -16,13 +16,14 @@ import (
 	"github.com/idemkit/idemkit/server"
 )
 
-// The batched baseline's statements, on its own table (batched_keys, the
-// shape of handwritten_keys).
+// The batched baseline's statements, on a table of its own (batched_keys, the
+// shape of handwritten_keys; batched_expiring_keys for expiringMode). %s is
+// the table.
 const (
-	batchedClaim = `INSERT INTO batched_keys (principal, key, fingerprint, expires_at)
+	batchedClaim = `INSERT INTO %s (principal, key, fingerprint, expires_at)
 VALUES ($1, $2, $3, now() + interval '24 hours') ON CONFLICT DO NOTHING RETURNING true`
-	batchedSelect   = `SELECT fingerprint, status, body FROM batched_keys WHERE principal = $1 AND key = $2`
-	batchedComplete = `UPDATE batched_keys SET status = $3, body = $4 WHERE principal = $1 AND key = $2`
+	batchedSelect   = `SELECT fingerprint, status, body FROM %s WHERE principal = $1 AND key = $2`
+	batchedComplete = `UPDATE %s SET status = $3, body = $4 WHERE principal = $1 AND key = $2`
 )
 
 // batched is the idempotent POST as a careful pgx user writes it by hand,
@@ -30,7 +31,18 @@ VALUES ($1, $2, $3, now() + interval '24 hours') ON CONFLICT DO NOTHING RETURNIN
 // with pgx.Batch on one connection so that a new key costs three round
 // trips — [BEGIN; claim], the effect insert, [UPDATE; COMMIT] — and a replay
 // two: [BEGIN; claim] (no row: the key exists), [SELECT; COMMIT].
-type batched struct{ pool *pgxpool.Pool }
+type batched struct {
+	pool                 *pgxpool.Pool
+	mode                 string // the effect rows' mode
+	claim, sel, complete string // the statements on the mode's table
+}
+
+// newBatched returns the batched POST of mode on table.
+func newBatched(pool *pgxpool.Pool, mode, table string) *batched {
+	return &batched{pool: pool, mode: mode,
+		claim: fmt.Sprintf(batchedClaim, table), sel: fmt.Sprintf(batchedSelect, table),
+		complete: fmt.Sprintf(batchedComplete, table)}
+}
 
 func (h *batched) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
@@ -63,7 +75,7 @@ func (h *batched) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var claimed bool
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(batchedClaim, principal, key, fp[:])
+	b.Queue(h.claim, principal, key, fp[:])
 	err = sendBatch(ctx, conn, b, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
@@ -78,13 +90,13 @@ func (h *batched) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	resp, err := payment(ctx, conn, baselineMode, r, body)
+	resp, err := payment(ctx, conn, h.mode, r, body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
 	b = &pgx.Batch{}
-	b.Queue(batchedComplete, principal, key, http.StatusCreated, resp)
+	b.Queue(h.complete, principal, key, http.StatusCreated, resp)
 	b.Queue("COMMIT")
 	if err := sendBatch(ctx, conn, b, func(br pgx.BatchResults) error {
 		tag, err := br.Exec()
@@ -112,7 +124,7 @@ func (h *batched) replay(w http.ResponseWriter, ctx context.Context, conn *pgx.C
 		stored   []byte
 	)
 	b := &pgx.Batch{}
-	b.Queue(batchedSelect, principal, key)
+	b.Queue(h.sel, principal, key)
 	b.Queue("COMMIT")
 	if err := sendBatch(ctx, conn, b, func(br pgx.BatchResults) error {
 		if err := br.QueryRow().Scan(&storedFP, &status, &stored); err != nil {

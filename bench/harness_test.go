@@ -103,8 +103,8 @@ func TestShortRun_ServerAndSweepPassEveryCheck(t *testing.T) {
 	_, err := run(context.Background(), cfg, &table, io.Discard)
 	require.NoError(t, err)
 	r := readReport(t, cfg.Out)
-	requireCells(t, r, "server", scenarioNewKey, []string{baselineMode, naiveMode, "transactional", "lease", "bare", overheadMode}, cfg.Clients)
-	requireCells(t, r, "server", scenarioReplay, []string{baselineMode, naiveMode, "transactional", "lease", overheadMode}, cfg.Clients)
+	requireCells(t, r, "server", scenarioNewKey, []string{baselineMode, naiveMode, expiringMode, "transactional", "lease", "bare", overheadMode}, cfg.Clients)
+	requireCells(t, r, "server", scenarioReplay, []string{baselineMode, naiveMode, expiringMode, "transactional", "lease", overheadMode}, cfg.Clients)
 	for _, c := range r.Cells {
 		switch {
 		case c.Section != "server":

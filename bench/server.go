@@ -30,6 +30,9 @@ import (
 const (
 	baselineMode = "batched"
 	naiveMode    = "handwritten"
+	// expiringMode is the batched baseline on a table indexed on
+	// expires_at, as a table whose keys expire needs (a third reference).
+	expiringMode = "batched-expiring"
 	headerCell   = "X-Bench-Cell"
 	headerAcct   = "X-Account"
 	requestBody  = `{"amount":4000,"currency":"eur"}`
@@ -84,7 +87,11 @@ CREATE TABLE handwritten_keys (
     expires_at  timestamptz NOT NULL,
     PRIMARY KEY (principal, key)
 );
-CREATE TABLE batched_keys (LIKE handwritten_keys INCLUDING ALL);`
+CREATE TABLE batched_keys (LIKE handwritten_keys INCLUDING ALL);
+-- The batched baseline with what expiring its keys needs: an index the
+-- sweep's range scan uses (idemkit's idempotency_keys has the same).
+CREATE TABLE batched_expiring_keys (LIKE handwritten_keys INCLUDING ALL);
+CREATE INDEX batched_expiring_keys_expires_at_idx ON batched_expiring_keys (expires_at);`
 
 // newPgEnv creates a schema of its own on cfg.DSN (dropped by close), the
 // idemkit store and the benchmark tables in it, and serves every mode on
@@ -256,7 +263,8 @@ func defaultModes(env *pgEnv) ([]serverMode, error) {
 	}
 	onPool := func(*http.Request) execer { return pool }
 	return []serverMode{
-		{name: baselineMode, handler: &batched{pool: env.pool}, replays: true},
+		{name: baselineMode, handler: newBatched(env.pool, baselineMode, "batched_keys"), replays: true},
+		{name: expiringMode, handler: newBatched(env.pool, expiringMode, "batched_expiring_keys"), replays: true},
 		{name: naiveMode, handler: &handwritten{pool: env.pool}, replays: true},
 		{name: "transactional", handler: txMW.Wrap(paymentHandler("transactional", onTx)), replays: true},
 		{name: "lease", handler: leaseMW.Wrap(paymentHandler("lease", onPool)), replays: true},
