@@ -28,6 +28,7 @@ type RecovererCollectorConfig struct {
 //	idemkit_recoverer_pass_failures_total            passes whose listing of the in-flight claims failed
 //	idemkit_recoverer_last_success_timestamp_seconds end of the last successful pass (Unix time; 0 before the first)
 //	idemkit_recoverer_interval_seconds               the recoverer's interval
+//	idemkit_recoverer_given_up_claims                claims given up on (MaxAttempts takeovers without a decision), still in flight
 //
 // Every outcome starts at zero, so that a rule finds each series from the
 // first scrape. A failed count that grows means recoveries that cannot
@@ -35,7 +36,9 @@ type RecovererCollectorConfig struct {
 // docs/runbook.md.
 type RecovererCollector struct {
 	r     *recoverer.Recoverer
-	descs struct{ claims, passes, passFailures, lastSuccess, interval *prometheus.Desc }
+	descs struct {
+		claims, passes, passFailures, lastSuccess, interval, givenUp *prometheus.Desc
+	}
 }
 
 // NewRecovererCollector returns a collector of r's Stats; cfg may be nil.
@@ -58,13 +61,14 @@ func NewRecovererCollector(r *recoverer.Recoverer, cfg *RecovererCollectorConfig
 	rc.descs.passFailures = desc("pass_failures_total", "Recoverer passes whose listing of the in-flight claims failed.")
 	rc.descs.lastSuccess = desc("last_success_timestamp_seconds", "End of the last successful recoverer pass, in Unix time (0 before the first).")
 	rc.descs.interval = desc("interval_seconds", "Interval between two recoverer passes.")
+	rc.descs.givenUp = desc("given_up_claims", "Claims the recoverer gave up on (MaxAttempts takeovers without a decision) still in flight at its last successful pass: in progress until a retry or their expiry, their external effect undecided.")
 	return rc, nil
 }
 
 // Describe implements prometheus.Collector.
 func (c *RecovererCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := c.descs
-	for _, x := range []*prometheus.Desc{d.claims, d.passes, d.passFailures, d.lastSuccess, d.interval} {
+	for _, x := range []*prometheus.Desc{d.claims, d.passes, d.passFailures, d.lastSuccess, d.interval, d.givenUp} {
 		ch <- x
 	}
 }
@@ -84,4 +88,5 @@ func (c *RecovererCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(d.lastSuccess, prometheus.GaugeValue, last)
 	ch <- prometheus.MustNewConstMetric(d.interval, prometheus.GaugeValue, s.Interval.Seconds())
+	ch <- prometheus.MustNewConstMetric(d.givenUp, prometheus.GaugeValue, float64(s.GivenUp))
 }

@@ -49,6 +49,9 @@ func TestRecovererCollector(t *testing.T) {
 	}
 	require.Equal(t, 30.0, got["idemkit_recoverer_interval_seconds"])
 	require.Zero(t, got["idemkit_recoverer_last_success_timestamp_seconds"])
+	givenUp, ok := got["idemkit_recoverer_given_up_claims"]
+	require.True(t, ok, "the given-up gauge is exported from the start")
+	require.Zero(t, givenUp)
 
 	// Two claims whose holders died: their 50ms leases lapse.
 	now := time.Now()

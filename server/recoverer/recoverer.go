@@ -208,7 +208,7 @@ func (r *Recoverer) Pass(ctx context.Context) error {
 			return err // closed: not a failure
 		}
 		r.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemkit: recoverer could not list the in-flight claims", slog.Any("error", err))
-		r.stats.pass(true, r.timeNowFunc())
+		r.stats.pass(true, r.timeNowFunc(), 0)
 		return err
 	}
 	seen := make(map[attemptKey]bool, len(recs))
@@ -233,7 +233,13 @@ func (r *Recoverer) Pass(ctx context.Context) error {
 			}
 		}
 	}
-	r.stats.pass(false, r.timeNowFunc())
+	givenUp := 0
+	for _, n := range r.attempts {
+		if n >= r.cfg.MaxAttempts {
+			givenUp++
+		}
+	}
+	r.stats.pass(false, r.timeNowFunc(), givenUp)
 	return nil
 }
 

@@ -323,6 +323,7 @@ func testGivesUpAfterMaxAttempts(t *testing.T, open opener) {
 	}, 30*time.Second, 50*time.Millisecond)
 	require.Equal(t, int64(2), calls.Load(), "the RecoverFunc ran MaxAttempts times")
 	require.Equal(t, int64(2), r.Stats().Outcomes[OutcomeFailed])
+	require.Equal(t, 1, r.Stats().GivenUp, "the claim given up on is counted while in flight")
 
 	// A newer dead claim is still found, though Batch is 1 and the
 	// older one given up on stays in flight.
@@ -340,6 +341,8 @@ func testGivesUpAfterMaxAttempts(t *testing.T, open opener) {
 	res := api.post(t, "k-bounded")
 	require.Equal(t, http.StatusCreated, res.status)
 	require.Equal(t, int64(2), d.n.Load(), "one charge per key: the retry's is deduplicated downstream by the key")
+	require.NoError(t, r.Pass(t.Context()))
+	require.Zero(t, r.Stats().GivenUp, "the retry completed it: no longer in flight, no longer given up on")
 }
 
 // Start runs passes in the background until Close.

@@ -18,6 +18,12 @@ type Stats struct {
 	LastSuccess time.Time
 	// Interval is the Recoverer's Config.Interval, defaults applied.
 	Interval time.Duration
+	// GivenUp is the number of claims the recoverer has given up on
+	// (Config.MaxAttempts takeovers without a decision) that were still in
+	// flight at the end of the last pass whose listing succeeded: each
+	// stays in progress until a retry with its key or its expiry, its
+	// external effect undecided.
+	GivenUp int
 }
 
 // stats accumulates a Recoverer's Stats.
@@ -26,7 +32,9 @@ type stats struct {
 	st Stats
 }
 
-func (s *stats) pass(failed bool, end time.Time) {
+// pass counts a pass that ended at end; givenUp is what it left given up
+// on (unused when its listing failed).
+func (s *stats) pass(failed bool, end time.Time, givenUp int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.st.Passes++
@@ -34,6 +42,7 @@ func (s *stats) pass(failed bool, end time.Time) {
 		s.st.PassFailures++
 	} else {
 		s.st.LastSuccess = end
+		s.st.GivenUp = givenUp
 	}
 }
 
