@@ -33,10 +33,14 @@ func TestClient_RescueDeadWorker(t *testing.T) {
 	in, err := b.client.Submit(ctx, &idemriver.Request{URL: api.URL + "/charges", Body: []byte(`{}`)})
 	require.NoError(t, err)
 
-	// What a worker that fetched the job and died leaves behind.
+	// What a worker that fetched the job as it was created and died leaves
+	// behind. Either rescuer may take it over first: idemkit's records the
+	// dead run's start (attempted_at) in its error, River's records only
+	// its own time, and then the start is taken from the job's creation —
+	// the same instant here, so both give the dead run's start.
 	deadStart := time.Now().Add(-10 * time.Second).Truncate(time.Millisecond)
-	_, err = b.pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = $2, attempted_by = ARRAY['dead-worker']
-		WHERE id = $1`, in.JobID, deadStart)
+	_, err = b.pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = $2, created_at = $2,
+		attempted_by = ARRAY['dead-worker'] WHERE id = $1`, in.JobID, deadStart)
 	require.NoError(t, err)
 	got, err := b.client.Get(ctx, in.ID)
 	require.NoError(t, err)
