@@ -72,6 +72,15 @@ func EncodeHeader(h http.Header) ([]byte, error) {
 // input is an error. Empty input or JSON null decode as an empty header. The
 // result is never nil.
 func DecodeHeader(b []byte) (http.Header, error) {
+	if h, ok := decodeHeaderPlain(b); ok {
+		return h, nil
+	}
+	return decodeHeaderJSON(b)
+}
+
+// decodeHeaderJSON is DecodeHeader by encoding/json: every form, with its
+// errors.
+func decodeHeaderJSON(b []byte) (http.Header, error) {
 	h := make(http.Header)
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || bytes.Equal(b, []byte("null")) {
@@ -106,6 +115,107 @@ func DecodeHeader(b []byte) (http.Header, error) {
 		h[name] = out
 	}
 	return h, nil
+}
+
+// decodeHeaderPlain decodes the common stored form without encoding/json:
+// an object of arrays of strings with no escape sequence, as EncodeHeader
+// and PostgreSQL's jsonb write nearly every response's headers (JSON
+// whitespace allowed). Anything else — an escape, a binary value, invalid
+// UTF-8, a control character, any other shape — reports ok false, and
+// DecodeHeader decodes it with encoding/json: on what it accepts, this
+// returns what encoding/json would (FuzzResponseEncoding compares them).
+func decodeHeaderPlain(b []byte) (h http.Header, ok bool) {
+	p := plainParser{b: b}
+	if !p.skip('{') {
+		return nil, false
+	}
+	h = make(http.Header)
+	if p.skip('}') {
+		return h, p.end()
+	}
+	for {
+		name, ok := p.str()
+		if !ok || !p.skip(':') || !p.skip('[') {
+			return nil, false
+		}
+		var vals []string
+		if !p.skip(']') {
+			for {
+				v, ok := p.str()
+				if !ok {
+					return nil, false
+				}
+				vals = append(vals, v)
+				if p.skip(']') {
+					break
+				}
+				if !p.skip(',') {
+					return nil, false
+				}
+			}
+		}
+		if vals == nil {
+			vals = []string{}
+		}
+		h[name] = vals
+		if p.skip('}') {
+			return h, p.end()
+		}
+		if !p.skip(',') {
+			return nil, false
+		}
+	}
+}
+
+// plainParser reads the subset of JSON decodeHeaderPlain accepts.
+type plainParser struct {
+	b []byte
+	i int
+}
+
+func (p *plainParser) ws() {
+	for p.i < len(p.b) && (p.b[p.i] == ' ' || p.b[p.i] == '\t' || p.b[p.i] == '\n' || p.b[p.i] == '\r') {
+		p.i++
+	}
+}
+
+// skip consumes c after whitespace, reporting whether it was there.
+func (p *plainParser) skip(c byte) bool {
+	p.ws()
+	if p.i < len(p.b) && p.b[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+// str consumes a string with no escape, control character or invalid UTF-8.
+func (p *plainParser) str() (string, bool) {
+	if !p.skip('"') {
+		return "", false
+	}
+	start := p.i
+	for p.i < len(p.b) {
+		switch c := p.b[p.i]; {
+		case c == '"':
+			s := p.b[start:p.i]
+			p.i++
+			if !utf8.Valid(s) {
+				return "", false
+			}
+			return string(s), true
+		case c == '\\' || c < 0x20:
+			return "", false
+		}
+		p.i++
+	}
+	return "", false
+}
+
+// end reports whether only whitespace is left.
+func (p *plainParser) end() bool {
+	p.ws()
+	return p.i == len(p.b)
 }
 
 // textSafe reports whether s survives a JSON/jsonb round trip unchanged.
