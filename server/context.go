@@ -1,16 +1,47 @@
 package server
 
-import "context"
+import (
+	"context"
+	"sync/atomic"
+)
 
 type ctxKey int
 
 const (
-	ctxKeyScope ctxKey = iota
-	ctxKeyTx
-	ctxKeyAttempt
-	ctxKeyRoute
-	ctxKeyNotStored
+	ctxKeyRequest ctxKey = iota // *requestValues
+	ctxKeyRoute                 // routeOptions
 )
+
+// requestValues is what the middleware puts in the context of a request it
+// runs a handler for, under one key (one allocation, not one per value):
+// the scope and the not-stored mark before the claim, the attempt and the
+// transaction when the claim is won, all before the handler runs. Nothing
+// writes them after the handler has started, except the handler itself
+// through MarkNotStored.
+type requestValues struct {
+	scope     Scope
+	notStored atomic.Bool
+	claimed   bool // attempt is set
+	attempt   Attempt
+	tx        any // StoreTx.Handle of a transactional request
+}
+
+// withRequestValues returns ctx carrying v.
+func withRequestValues(ctx context.Context, v *requestValues) context.Context {
+	return context.WithValue(ctx, ctxKeyRequest, v)
+}
+
+// requestValuesOf returns the values the middleware put in ctx, nil
+// outside the middleware.
+func requestValuesOf(ctx context.Context) *requestValues {
+	v, _ := ctx.Value(ctxKeyRequest).(*requestValues)
+	return v
+}
+
+// claim records the claim the handler will run under.
+func (v *requestValues) claim(a Attempt, tx any) {
+	v.attempt, v.tx, v.claimed = a, tx, true
+}
 
 // Attempt describes the claim a handler runs under; see AttemptFromContext.
 type Attempt struct {
@@ -40,8 +71,10 @@ type Attempt struct {
 // (taken over, or run out because the store could not be reached): stop
 // acting on the claim then.
 func AttemptFromContext(ctx context.Context) (Attempt, bool) {
-	a, ok := ctx.Value(ctxKeyAttempt).(Attempt)
-	return a, ok
+	if v := requestValuesOf(ctx); v != nil && v.claimed {
+		return v.attempt, true
+	}
+	return Attempt{}, false
 }
 
 // ScopeFromContext returns the scope (principal, endpoint and key) of the
@@ -51,8 +84,10 @@ func AttemptFromContext(ctx context.Context) (Attempt, bool) {
 // (not Scope.Key: a downstream shared by all principals would merge two
 // tenants' calls that happen to use the same key string).
 func ScopeFromContext(ctx context.Context) (Scope, bool) {
-	s, ok := ctx.Value(ctxKeyScope).(Scope)
-	return s, ok
+	if v := requestValuesOf(ctx); v != nil {
+		return v.scope, true
+	}
+	return Scope{}, false
 }
 
 // TxHandle returns StoreTx.Handle of the transaction of a
@@ -60,6 +95,8 @@ func ScopeFromContext(ctx context.Context) (Scope, bool) {
 // its effect on. Driver packages return it typed (pgstore.Tx,
 // sqlitestore.Tx).
 func TxHandle(ctx context.Context) (any, bool) {
-	h := ctx.Value(ctxKeyTx)
-	return h, h != nil
+	if v := requestValuesOf(ctx); v != nil && v.tx != nil {
+		return v.tx, true
+	}
+	return nil, false
 }

@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/idemkit/idemkit/internal/canonjson"
 )
@@ -26,24 +27,61 @@ const fingerprintVersion = 2
 // fingerprintPrefixes start the canonical form of each version.
 var fingerprintPrefixes = [...]string{1: "idemkit-fp-v1\n", 2: "idemkit-fp-v2\n"}
 
-// requestFingerprint is a request's fingerprint in the current version and
-// in every older one a stored record may carry, computed together (the body
-// is canonicalised once).
+// requestFingerprint is a request's fingerprint in the current version,
+// and what computes it in an older version a stored record may carry: the
+// older versions are computed only when such a record is met (the
+// canonical body is kept, not parsed again).
 type requestFingerprint struct {
-	sums [fingerprintVersion + 1][]byte // by version; [0] unused
+	sum []byte // the current version's
+
+	// For older versions: the method, version 1's path and query, and the
+	// body (doc when it is canonical JSON, else raw).
+	method, v1Path, v1Query string
+	doc                     *canonjson.Document
+	raw                     []byte
 }
 
 // current returns the fingerprint new records store, and its version.
 func (f requestFingerprint) current() ([]byte, int) {
-	return f.sums[fingerprintVersion], fingerprintVersion
+	return f.sum, fingerprintVersion
 }
 
 // at returns the fingerprint of the given version, nil for an unknown one.
 func (f requestFingerprint) at(version int) []byte {
-	if version < 1 || version > fingerprintVersion {
-		return nil
+	switch version {
+	case fingerprintVersion:
+		return f.sum
+	case 1:
+		h := sha256.New()
+		f.writeForm(h, 1, f.v1Path, "?", f.v1Query)
+		return h.Sum(nil)
 	}
-	return f.sums[version]
+	return nil
+}
+
+// writeForm writes the canonical form of the given version, its request
+// target being the concatenation of target.
+func (f requestFingerprint) writeForm(w io.Writer, version int, target ...string) {
+	io.WriteString(w, fingerprintPrefixes[version]) //nolint:errcheck // a hash or a buffer does not fail
+	io.WriteString(w, f.method)                     //nolint:errcheck // a hash or a buffer does not fail
+	io.WriteString(w, "\n")                         //nolint:errcheck // a hash or a buffer does not fail
+	for _, t := range target {
+		io.WriteString(w, t) //nolint:errcheck // a hash or a buffer does not fail
+	}
+	io.WriteString(w, "\n") //nolint:errcheck // a hash or a buffer does not fail
+	f.writeBody(w)
+}
+
+// writeBody writes the body's part of the canonical form: the marker and
+// the body.
+func (f requestFingerprint) writeBody(w io.Writer) {
+	if f.doc != nil {
+		io.WriteString(w, "json\n") //nolint:errcheck // a hash or a buffer does not fail
+		f.doc.WriteTo(w)            // a hash or a buffer does not fail
+		return
+	}
+	io.WriteString(w, "raw\n") //nolint:errcheck // a hash or a buffer does not fail
+	w.Write(f.raw)             //nolint:errcheck // a hash or a buffer does not fail
 }
 
 // matches reports whether rec was stored for the same request, by the
@@ -71,31 +109,39 @@ func (f requestFingerprint) matches(rec *Record) bool {
 // Host, headers other than Content-Type, and the key itself are not part of
 // the fingerprint.
 func fingerprintRequest(r *http.Request, body []byte) requestFingerprint {
-	h1, h2 := sha256.New(), sha256.New()
-	h1.Write([]byte(fingerprintPrefixes[1]))
-	h2.Write([]byte(fingerprintPrefixes[2]))
-	both := io.MultiWriter(h1, h2)
-	both.Write([]byte(r.Method)) //nolint:errcheck // a hash does not fail
-	both.Write([]byte{'\n'})     //nolint:errcheck // a hash does not fail
-	h1.Write([]byte(r.URL.EscapedPath()))
-	h1.Write([]byte{'?'})
-	h1.Write([]byte(r.URL.RawQuery))
-	h2.Write([]byte(requestTarget(r)))
-	both.Write([]byte{'\n'}) //nolint:errcheck // a hash does not fail
-	var f requestFingerprint
+	f := requestFingerprint{method: r.Method, v1Path: r.URL.EscapedPath(), v1Query: r.URL.RawQuery, raw: body}
 	if isJSONContentType(r.Header.Get("Content-Type")) {
 		if doc, err := canonjson.Parse(body, &jsonLimits); err == nil {
-			both.Write([]byte("json\n")) //nolint:errcheck // a hash does not fail
-			doc.WriteTo(both)            // a hash does not fail
-			f.sums[1], f.sums[2] = h1.Sum(nil), h2.Sum(nil)
-			return f
+			f.doc, f.raw = doc, nil
 		}
 	}
-	both.Write([]byte("raw\n")) //nolint:errcheck // a hash does not fail
-	both.Write(body)            //nolint:errcheck // a hash does not fail
-	f.sums[1], f.sums[2] = h1.Sum(nil), h2.Sum(nil)
+	target := requestTarget(r)
+	if len(body) > maxPooledForm/2 {
+		// A large body streams into the hash rather than into a buffer
+		// as large.
+		h := sha256.New()
+		f.writeForm(h, fingerprintVersion, target)
+		f.sum = h.Sum(nil)
+		return f
+	}
+	// The form of a usual body is built in a pooled buffer and hashed in
+	// one call: no allocation for the hash or the pieces of the form.
+	buf := formBuffers.Get().(*bytes.Buffer)
+	buf.Reset()
+	f.writeForm(buf, fingerprintVersion, target)
+	sum := sha256.Sum256(buf.Bytes())
+	if buf.Cap() <= maxPooledForm {
+		formBuffers.Put(buf)
+	}
+	f.sum = sum[:]
 	return f
 }
+
+// formBuffers holds the buffers fingerprintRequest builds forms in; one
+// that grew beyond maxPooledForm (a large body) is left to the collector.
+var formBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledForm = 64 << 10
 
 // requestTarget is the request target of version 2: r.RequestURI without
 // the scheme and authority of an absolute-form target.
@@ -129,6 +175,9 @@ func fingerprint(r *http.Request, body []byte) ([]byte, int) {
 func isJSONContentType(ct string) bool {
 	if ct == "" {
 		return false
+	}
+	if strings.EqualFold(ct, "application/json") {
+		return true // the usual case, without mime's allocations
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil {

@@ -438,7 +438,8 @@ func (m *Middleware) serveLeaseOnce(w http.ResponseWriter, r *http.Request, next
 	defer cancelHandler(nil)
 	l := m.startLease(cleanup, tr, res, t0, cancelHandler)
 	defer l.end()
-	return m.runHeld(w, r.WithContext(context.WithValue(hctx, ctxKeyAttempt, attemptOf(res))), ctx, cleanup, next, l, tr), true
+	requestValuesOf(ctx).claim(attemptOf(res), nil)
+	return m.runHeld(w, r.WithContext(hctx), ctx, cleanup, next, l, tr), true
 }
 
 // release frees a lease-mode claim after a 5xx or a panic.

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -222,7 +221,7 @@ func (m *Middleware) dispatch(w http.ResponseWriter, r *http.Request, next http.
 		}
 	}
 
-	r = r.WithContext(context.WithValue(context.WithValue(r.Context(), ctxKeyScope, scope), ctxKeyNotStored, &notStoredMark{}))
+	r = r.WithContext(withRequestValues(r.Context(), &requestValues{scope: scope}))
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }

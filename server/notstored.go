@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"net/http"
-	"sync/atomic"
 )
 
 // notStoredStatuses are the statuses below 500 that are never stored: they
@@ -19,9 +18,6 @@ var notStoredStatuses = map[int]bool{
 	http.StatusTooManyRequests:  true,
 }
 
-// notStoredMark is set by MarkNotStored.
-type notStoredMark struct{ set atomic.Bool }
-
 // MarkNotStored marks the response the handler of ctx's request is writing
 // as one after which nothing happened, such as a validation failure (Stripe
 // stores no result for those either): the middleware sends it but does not
@@ -29,8 +25,8 @@ type notStoredMark struct{ set atomic.Bool }
 // back), so a corrected retry with the same key runs the handler again. Call
 // it before writing the response. It does nothing outside the middleware.
 func MarkNotStored(ctx context.Context) {
-	if m, ok := ctx.Value(ctxKeyNotStored).(*notStoredMark); ok {
-		m.set.Store(true)
+	if v := requestValuesOf(ctx); v != nil {
+		v.notStored.Store(true)
 	}
 }
 
@@ -41,6 +37,6 @@ func stores(r *http.Request, status int) bool {
 	if status >= 500 || notStoredStatuses[status] {
 		return false
 	}
-	mark, ok := r.Context().Value(ctxKeyNotStored).(*notStoredMark)
-	return !ok || !mark.set.Load()
+	v := requestValuesOf(r.Context())
+	return v == nil || !v.notStored.Load()
 }

@@ -104,8 +104,8 @@ func (m *Middleware) serveTxOnce(w http.ResponseWriter, r *http.Request, next ht
 	defer t.end() // a no-op after Commit or Rollback
 	tr.acquired(res)
 	t.token = res.Token
-	hctx := context.WithValue(context.WithValue(ctx, ctxKeyTx, tx.Handle()), ctxKeyAttempt, attemptOf(res))
-	return m.runHeld(w, r.WithContext(hctx), ctx, cleanup, next, t, tr), true
+	requestValuesOf(ctx).claim(attemptOf(res), tx.Handle())
+	return m.runHeld(w, r, ctx, cleanup, next, t, tr), true
 }
 
 // txClaimReplayer is a Store whose StoreTx.Claim, first in its

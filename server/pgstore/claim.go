@@ -162,7 +162,7 @@ func (t *pgTx) claimFresh(ctx context.Context, req server.ClaimRequest) (res ser
 	}
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{})
-	b.Queue(pgClaimOrReplay, append(t.st.d.claimArgs(req), t.timeouts...)...)
+	b.Queue(pgClaimOrReplay, t.st.d.claimArgs(req, t.timeouts...)...)
 	br, err := t.sendBatch(ctx, b, 1)
 	if err != nil {
 		return res, true, interpretError(err)

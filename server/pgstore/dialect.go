@@ -126,9 +126,12 @@ FROM idempotency_keys`
 // claimArgs are the arguments of pgClaim, pgClaimOrRead and pgClaimOrReplay: the database's
 // clock decides, req.Now only anchors req.LockedUntil and req.ExpiresAt,
 // whose distances from it are the lease and the window.
-func (d *dialect) claimArgs(req server.ClaimRequest) []any {
-	return []any{req.Principal, req.Endpoint, req.Key, req.Fingerprint, req.FingerprintVersion,
-		d.now(req.Now), req.LockedUntil.Sub(req.Now).Microseconds(), req.ExpiresAt.Sub(req.Now).Microseconds()}
+// Further arguments, if any, follow them in the same slice.
+func (d *dialect) claimArgs(req server.ClaimRequest, more ...any) []any {
+	args := make([]any, 0, 8+len(more))
+	args = append(args, req.Principal, req.Endpoint, req.Key, req.Fingerprint, req.FingerprintVersion,
+		d.now(req.Now), req.LockedUntil.Sub(req.Now).Microseconds(), req.ExpiresAt.Sub(req.Now).Microseconds())
+	return append(args, more...)
 }
 
 func (d *dialect) Claim(req server.ClaimRequest) (string, []any) { return pgClaim, d.claimArgs(req) }
