@@ -64,9 +64,22 @@ func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, ex *Record, 
 	if bodyAllowed(resp.Status) {
 		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
 	}
-	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelInfo, "idemkit: replayed the stored response",
-		scopeAttrs(tr.scope, slog.Int("status", resp.Status), slog.String("request_id", tr.requestID),
-			slog.String("original_request_id", original), slog.Duration("waited", tr.waited))...)
+	// The line carries the correlation ids and the wait only when there
+	// are some: logged on every replay, it then fits slog's five inline
+	// attributes and allocates nothing for them.
+	attrs := [7]slog.Attr{slog.String("principal", tr.scope.Principal), slog.String("endpoint", tr.scope.Endpoint),
+		slog.String("key", tr.scope.Key), slog.Int("status", resp.Status)}
+	n := 4
+	if tr.requestID != "" {
+		attrs[n], n = slog.String("request_id", tr.requestID), n+1
+	}
+	if original != "" {
+		attrs[n], n = slog.String("original_request_id", original), n+1
+	}
+	if tr.waited > 0 {
+		attrs[n], n = slog.Duration("waited", tr.waited), n+1
+	}
+	m.cfg.Logger.LogAttrs(r.Context(), slog.LevelInfo, "idemkit: replayed the stored response", attrs[:n]...)
 	w.WriteHeader(resp.Status)
 	if bodyAllowed(resp.Status) && !resp.BodyOmitted {
 		_, _ = w.Write(resp.Body)

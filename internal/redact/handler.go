@@ -24,10 +24,15 @@ func (r *handler) Enabled(ctx context.Context, l slog.Level) bool { return r.h.E
 
 func (r *handler) Handle(ctx context.Context, rec slog.Record) error {
 	out := slog.NewRecord(rec.Time, rec.Level, rec.Message, rec.PC)
+	// The attributes are added in one call: the record grows its storage
+	// once, not once per attribute beyond the first five.
+	var buf [16]slog.Attr
+	attrs := buf[:0]
 	rec.Attrs(func(a slog.Attr) bool {
-		out.AddAttrs(r.redact(a))
+		attrs = append(attrs, r.redact(a))
 		return true
 	})
+	out.AddAttrs(attrs...)
 	return r.h.Handle(ctx, out)
 }
 

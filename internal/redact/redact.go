@@ -15,5 +15,10 @@ import (
 // not from a dictionary attack on a guessable one (an account name).
 func Hash(s string) string {
 	sum := sha256.Sum256([]byte(s))
-	return "sha256:" + hex.EncodeToString(sum[:8])
+	var out [len(hashPrefix) + 16]byte
+	copy(out[:], hashPrefix)
+	hex.Encode(out[len(hashPrefix):], sum[:8])
+	return string(out[:])
 }
+
+const hashPrefix = "sha256:"
