@@ -72,10 +72,13 @@ type lease struct {
 	extendErrors int
 	lostCount    int
 
+	// The channels are made when first needed (most handlers return
+	// before the heartbeat's first tick and need none): lost by lostCh,
+	// stopCh and done by heartbeatChans. All are read and set under mu.
 	lost     chan struct{} // closed once err is set
 	start    *time.Timer   // runs the heartbeat; stopped by stop if it has not fired
 	stopOnce sync.Once
-	stopCh   chan struct{}
+	stopCh   chan struct{} // closed by stop for a started heartbeat
 	done     chan struct{} // closed when a started heartbeat has ended
 }
 
@@ -85,9 +88,6 @@ func (m *Middleware) startLease(ctx context.Context, tr *trace, res ClaimResult,
 	l := &lease{
 		m: m, scope: tr.scope, token: res.Token, cancelHandler: cancelHandler, tr: tr,
 		heldUntil: heldUntil(sent, res.LeaseDelay, m.cfg.LeaseDuration),
-		lost:      make(chan struct{}),
-		stopCh:    make(chan struct{}),
-		done:      make(chan struct{}),
 	}
 	first := min(m.cfg.LeaseDuration/3, time.Until(l.heldUntil))
 	l.start = time.AfterFunc(first, func() { l.run(ctx) })
@@ -103,10 +103,11 @@ type extension struct {
 // run is the heartbeat, from its first tick (or the deadline, if that came
 // first) until stop or the lease is lost.
 func (l *lease) run(ctx context.Context) {
-	defer close(l.done)
+	stopCh, done := l.heartbeatChans()
+	defer close(done)
 	m := l.m
 	select {
-	case <-l.stopCh:
+	case <-stopCh:
 		return // stopped as the timer fired
 	default:
 	}
@@ -141,7 +142,7 @@ func (l *lease) run(ctx context.Context) {
 	}
 	for {
 		select {
-		case <-l.stopCh:
+		case <-stopCh:
 			return
 		case <-lapse.C:
 			if left := time.Until(l.until()); left > 0 {
@@ -227,11 +228,37 @@ func (l *lease) lose(ctx context.Context, err error) {
 	}
 	l.err = err
 	l.lostCount++
-	close(l.lost)
+	if l.lost != nil {
+		close(l.lost)
+	}
 	l.mu.Unlock()
 	l.m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemkit: lease lost while the handler runs; its context is canceled",
 		scopeAttrs(l.scope, slog.Int64("token", l.token), slog.Any("error", err))...)
 	l.cancelHandler(err)
+}
+
+// lostCh returns a channel closed once the lease is lost.
+func (l *lease) lostCh() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lost == nil {
+		l.lost = make(chan struct{})
+		if l.err != nil {
+			close(l.lost)
+		}
+	}
+	return l.lost
+}
+
+// heartbeatChans returns the channels a started heartbeat and stop share,
+// made by whichever of the two asks first.
+func (l *lease) heartbeatChans() (stopCh, done chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopCh == nil {
+		l.stopCh, l.done = make(chan struct{}), make(chan struct{})
+	}
+	return l.stopCh, l.done
 }
 
 // lostErr returns why the lease was lost, or nil while it is held.
@@ -245,9 +272,11 @@ func (l *lease) lostErr() error {
 // once.
 func (l *lease) stop() {
 	l.stopOnce.Do(func() {
-		close(l.stopCh)
 		if !l.start.Stop() {
-			<-l.done // the heartbeat started: wait for it to end
+			// The heartbeat started: stop it and wait for it to end.
+			stopCh, done := l.heartbeatChans()
+			close(stopCh)
+			<-done
 		}
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -320,7 +349,7 @@ func (l *lease) complete(ctx context.Context, r *http.Request, resp *StoredRespo
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
-		case <-l.lost:
+		case <-l.lostCh():
 			t.Stop()
 			lost := l.lostErr()
 			m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError,

@@ -222,7 +222,7 @@ func (m *Middleware) dispatch(w http.ResponseWriter, r *http.Request, next http.
 	}
 
 	r = r.WithContext(withRequestValues(r.Context(), &requestValues{scope: scope}))
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.Body = newBodyReader(body)
 	r.ContentLength = int64(len(body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 
@@ -231,6 +231,19 @@ func (m *Middleware) dispatch(w http.ResponseWriter, r *http.Request, next http.
 	}
 	return m.serveLease(w, r, next, fps, tr)
 }
+
+// bodyReader is the request body the handler reads: the bytes the
+// middleware read, fingerprinted and may store. One allocation, where
+// io.NopCloser(bytes.NewReader(body)) is two.
+type bodyReader struct{ bytes.Reader }
+
+func newBodyReader(body []byte) *bodyReader {
+	b := &bodyReader{}
+	b.Reset(body)
+	return b
+}
+
+func (*bodyReader) Close() error { return nil }
 
 // readBody reads at most limit bytes of r.Body. It returns errBodyTooLarge if
 // there are more.
