@@ -113,12 +113,11 @@ func Open(ctx context.Context, path string, cfg *Config) (*Client, error) {
 		db.Close()
 		return nil, fmt.Errorf("idemkit: open queue %s: %w", path, err)
 	}
-	c, err := newClient(ctx, db, cfg, busyTimeout)
+	c, err := newClient(ctx, db, cfg, busyTimeout, true)
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("idemkit: open queue %s: %w", path, err)
 	}
-	c.ownDB = true
 	return c, nil
 }
 
@@ -170,10 +169,13 @@ func checkHeader(path string) error {
 // The database's busy timeout is how long a write waits for another process
 // holding the lock. Close does not close db.
 func NewClient(ctx context.Context, db *sql.DB, cfg *Config) (*Client, error) {
-	return newClient(ctx, db, cfg, 0)
+	return newClient(ctx, db, cfg, 0, false)
 }
 
-func newClient(ctx context.Context, db *sql.DB, cfg *Config, busyRetry time.Duration) (*Client, error) {
+// newClient is NewClient, with Open's retry of a busy write lock.
+// ownDB is set when Open opened db: Close closes it, and the queue holds
+// one of its connections for writes (see queue.Config.HoldWriter).
+func newClient(ctx context.Context, db *sql.DB, cfg *Config, busyRetry time.Duration, ownDB bool) (*Client, error) {
 	if db == nil {
 		return nil, errors.New("idemkit: NewClient: nil *sql.DB")
 	}
@@ -185,7 +187,8 @@ func newClient(ctx context.Context, db *sql.DB, cfg *Config, busyRetry time.Dura
 	c := &Client{
 		cfg: cfg,
 		q: queue.New(db, queue.Config{BusyRetry: busyRetry, Owner: self.String(), PerHour: cfg.MaxAttemptsPerHour,
-			Window: cfg.Window, Safety: cfg.SafetyMargin, Hosts: cfg.hosts()}),
+			Window: cfg.Window, Safety: cfg.SafetyMargin, Hosts: cfg.hosts(), HoldWriter: ownDB}),
+		ownDB:    ownDB,
 		self:     self,
 		log:      cfg.Logger,
 		submitCh: make(chan *submitOp),
@@ -277,6 +280,7 @@ func (c *Client) Close() error {
 		if c.ownHC {
 			c.httpc.CloseIdleConnections()
 		}
+		c.q.Close()
 		if c.ownDB {
 			err = c.q.DB().Close()
 		}

@@ -116,7 +116,13 @@ func (q *Queue) InsertBatch(ctx context.Context, ctxs []context.Context, ns []*N
 			args = append(args, insertArgs(ns[i], stamps[i], q.self)...)
 		}
 		sb.WriteString(sqlInsertIntentTail)
-		rows, err := ex.QueryContext(ctx, sb.String(), args...)
+		var rows *sql.Rows
+		var err error
+		if st := q.preparedInsert(ctx, ex); st != nil && len(live) == 1 {
+			rows, err = st.QueryContext(ctx, args...)
+		} else {
+			rows, err = ex.QueryContext(ctx, sb.String(), args...)
+		}
 		if err != nil {
 			return err
 		}

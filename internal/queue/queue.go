@@ -31,6 +31,13 @@ type Queue struct {
 	// wal is set when the queue is in WAL mode, where a commit with
 	// synchronous=NORMAL can be lost to a power cut but never corrupts.
 	wal bool
+	// writer is the connection write transactions run on when
+	// cfg.HoldWriter is set, and insertOne the insert of one intent
+	// prepared on it (SQLite takes longer to prepare that statement than
+	// to run it); nil before the first write and after a failed one.
+	// Guarded by wmu.
+	writer    *sql.Conn
+	insertOne *sql.Stmt
 
 	// Batches counts group commits; Waiting counts Submit calls waiting for
 	// one (both for tests and the curious).
@@ -55,6 +62,11 @@ type Config struct {
 	// Owner is this process's lease owner (see Owner), written with every
 	// lease it takes or renews.
 	Owner string
+	// HoldWriter keeps one connection of db for the queue's writes, with
+	// the statements prepared on it, from the first write until Close.
+	// Only for a pool of the queue's own with room for readers beside it
+	// (Open's): on a pool of one connection every read would wait for it.
+	HoldWriter bool
 	// PerHour is the attempt budget (Config.MaxAttemptsPerHour), checked by
 	// every claim.
 	PerHour int
@@ -118,11 +130,11 @@ func (q *Queue) InTx(ctx context.Context, fn func(ex execer) error) (err error) 
 func (q *Queue) tx(ctx context.Context, relaxed bool, fn func(ex execer) error) (err error) {
 	q.wmu.Lock()
 	defer q.wmu.Unlock()
-	conn, err := q.db.Conn(ctx)
+	conn, err := q.writeConn(ctx)
 	if err != nil {
 		return Interpret(err)
 	}
-	defer conn.Close()
+	defer func() { q.releaseConn(conn, err) }()
 	relaxed = relaxed && q.wal
 	if relaxed {
 		var level int
@@ -137,7 +149,7 @@ func (q *Queue) tx(ctx context.Context, relaxed bool, fn func(ex execer) error) 
 			}
 			defer func() {
 				if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "PRAGMA synchronous = "+strconv.Itoa(level)); rerr != nil {
-					_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+					q.discardConn(conn)
 				}
 			}()
 		}
@@ -153,7 +165,7 @@ func (q *Queue) tx(ctx context.Context, relaxed bool, fn func(ex execer) error) 
 		// Roll back even when ctx is canceled; if that fails too, the
 		// connection may still be inside a transaction: discard it.
 		if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+			q.discardConn(conn)
 		}
 	}()
 	if err := fn(conn); err != nil {
@@ -168,6 +180,80 @@ func (q *Queue) tx(ctx context.Context, relaxed bool, fn func(ex execer) error) 
 		q.SyncedCommits.Add(1)
 	}
 	return nil
+}
+
+// writeConn returns the connection a write transaction runs on: the held
+// writer under cfg.HoldWriter, else one of the pool's. The caller holds
+// wmu and hands it back with releaseConn.
+func (q *Queue) writeConn(ctx context.Context) (*sql.Conn, error) {
+	if !q.cfg.HoldWriter {
+		return q.db.Conn(ctx)
+	}
+	if q.writer == nil {
+		conn, err := q.db.Conn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		q.writer = conn
+	}
+	return q.writer, nil
+}
+
+// releaseConn hands back the connection of a write transaction that ended
+// with err: a held writer stays held unless the transaction failed (a
+// failure may leave the connection in any state: it is discarded, and the
+// next write takes a fresh one).
+func (q *Queue) releaseConn(conn *sql.Conn, err error) {
+	switch {
+	case conn != q.writer:
+		_ = conn.Close() // the pool's, or already discarded
+	case err != nil:
+		q.discardConn(conn)
+	}
+}
+
+// discardConn closes conn without returning it to the pool, and forgets
+// it if it is the held writer.
+func (q *Queue) discardConn(conn *sql.Conn) {
+	if conn == q.writer {
+		if q.insertOne != nil {
+			_ = q.insertOne.Close()
+		}
+		q.writer, q.insertOne = nil, nil
+	}
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // closes conn
+	_ = conn.Close()
+}
+
+// preparedInsert returns the insert of one intent prepared on the held
+// writer when ex is that writer, nil otherwise (the caller then sends the
+// statement's text).
+func (q *Queue) preparedInsert(ctx context.Context, ex execer) *sql.Stmt {
+	if q.writer == nil || ex != execer(q.writer) {
+		return nil
+	}
+	if q.insertOne == nil {
+		st, err := q.writer.PrepareContext(ctx, sqlInsertIntent)
+		if err != nil {
+			return nil
+		}
+		q.insertOne = st
+	}
+	return q.insertOne
+}
+
+// Close lets go of the held writer, if any: call it before closing the
+// database. Writes after Close take a connection again.
+func (q *Queue) Close() {
+	q.wmu.Lock()
+	defer q.wmu.Unlock()
+	if q.insertOne != nil {
+		_ = q.insertOne.Close()
+	}
+	if q.writer != nil {
+		_ = q.writer.Close()
+	}
+	q.writer, q.insertOne = nil, nil
 }
 
 // begin runs BEGIN IMMEDIATE, retrying for up to q.cfg.BusyRetry while the

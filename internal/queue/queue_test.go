@@ -23,13 +23,21 @@ var testOwner = Owner{Host: "test-host", PID: 4242, Start: "1"}
 // client would.
 func newTestQueue(t *testing.T) *Queue {
 	t.Helper()
+	return newTestQueueWith(t, Config{})
+}
+
+// newTestQueueWith is newTestQueue with the fields of extra that are set
+// (HoldWriter).
+func newTestQueueWith(t *testing.T, extra Config) *Queue {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "queue.db")
 	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate")
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	p, _ := policy.Known("idemkit")
 	q := New(db, Config{Owner: testOwner.String(), PerHour: policy.HourlyAttemptsDefault, Window: 24 * time.Hour,
-		Safety: time.Minute, Hosts: policy.Hosts{Default: &p}})
+		Safety: time.Minute, Hosts: policy.Hosts{Default: &p}, HoldWriter: extra.HoldWriter})
+	t.Cleanup(q.Close)
 	ctx := context.Background()
 	require.NoError(t, q.Migrate(ctx, time.Now()))
 	require.NoError(t, q.ReadJournalMode(ctx))
