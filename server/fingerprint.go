@@ -53,22 +53,20 @@ func (f requestFingerprint) at(version int) []byte {
 		return f.sum
 	case 1:
 		h := sha256.New()
-		f.writeForm(h, 1, f.v1Path, "?", f.v1Query)
+		f.writeForm(h, 1, f.v1Path+"?"+f.v1Query)
 		return h.Sum(nil)
 	}
 	return nil
 }
 
-// writeForm writes the canonical form of the given version, its request
-// target being the concatenation of target.
-func (f requestFingerprint) writeForm(w io.Writer, version int, target ...string) {
+// writeForm writes the canonical form of the given version with its
+// request target.
+func (f requestFingerprint) writeForm(w io.Writer, version int, target string) {
 	io.WriteString(w, fingerprintPrefixes[version]) //nolint:errcheck // a hash or a buffer does not fail
 	io.WriteString(w, f.method)                     //nolint:errcheck // a hash or a buffer does not fail
 	io.WriteString(w, "\n")                         //nolint:errcheck // a hash or a buffer does not fail
-	for _, t := range target {
-		io.WriteString(w, t) //nolint:errcheck // a hash or a buffer does not fail
-	}
-	io.WriteString(w, "\n") //nolint:errcheck // a hash or a buffer does not fail
+	io.WriteString(w, target)                       //nolint:errcheck // a hash or a buffer does not fail
+	io.WriteString(w, "\n")                         //nolint:errcheck // a hash or a buffer does not fail
 	f.writeBody(w)
 }
 

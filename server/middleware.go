@@ -224,7 +224,7 @@ func (m *Middleware) dispatch(w http.ResponseWriter, r *http.Request, next http.
 	r = r.WithContext(withRequestValues(r.Context(), &requestValues{scope: scope}))
 	r.Body = newBodyReader(body)
 	r.ContentLength = int64(len(body))
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	r.GetBody = func() (io.ReadCloser, error) { return newBodyReader(body), nil }
 
 	if m.cfg.Mode == ModeTransactional {
 		return m.serveTx(w, r, next, fps, tr)

@@ -77,6 +77,24 @@ type Inserted struct {
 	Err    error
 }
 
+// insertIntentsSQL is the insert of n intents in one statement.
+func insertIntentsSQL(n int) string {
+	if n == 1 {
+		return sqlInsertIntent
+	}
+	var sb strings.Builder
+	sb.Grow(len(sqlInsertIntentHead) + n*(len(sqlInsertIntentRow)+1) + len(sqlInsertIntentTail))
+	sb.WriteString(sqlInsertIntentHead)
+	for k := range n {
+		if k > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(sqlInsertIntentRow)
+	}
+	sb.WriteString(sqlInsertIntentTail)
+	return sb.String()
+}
+
 // InsertBatch queues every intent in one transaction: one fsync for all of
 // them (the client's group commit). An intent whose ctx ended before the
 // batch started is skipped with ctx's error. The i-th result is the i-th
@@ -102,26 +120,18 @@ func (q *Queue) InsertBatch(ctx context.Context, ctxs []context.Context, ns []*N
 		if len(live) == 0 {
 			return nil
 		}
-		var sb strings.Builder
-		sb.Grow(len(sqlInsertIntentHead) + len(live)*len(sqlInsertIntentRow) + len(sqlInsertIntentTail))
-		sb.WriteString(sqlInsertIntentHead)
 		args := make([]any, 0, len(live)*insertIntentArgs)
 		stamps := make([]string, len(ns))
-		for k, i := range live {
-			if k > 0 {
-				sb.WriteByte(',')
-			}
-			sb.WriteString(sqlInsertIntentRow)
+		for _, i := range live {
 			stamps[i] = wire.FormatTime(ns[i].Now)
 			args = append(args, insertArgs(ns[i], stamps[i], q.self)...)
 		}
-		sb.WriteString(sqlInsertIntentTail)
 		var rows *sql.Rows
 		var err error
-		if st := q.preparedInsert(ctx, ex); st != nil && len(live) == 1 {
+		if st := q.preparedInsert(ctx, ex, len(live)); st != nil {
 			rows, err = st.QueryContext(ctx, args...)
 		} else {
-			rows, err = ex.QueryContext(ctx, sb.String(), args...)
+			rows, err = ex.QueryContext(ctx, insertIntentsSQL(len(live)), args...)
 		}
 		if err != nil {
 			return err

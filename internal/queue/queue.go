@@ -225,11 +225,11 @@ func (q *Queue) discardConn(conn *sql.Conn) {
 	_ = conn.Close()
 }
 
-// preparedInsert returns the insert of one intent prepared on the held
-// writer when ex is that writer, nil otherwise (the caller then sends the
-// statement's text).
-func (q *Queue) preparedInsert(ctx context.Context, ex execer) *sql.Stmt {
-	if q.writer == nil || ex != execer(q.writer) {
+// preparedInsert returns the insert of n intents prepared on the held
+// writer when n is 1 and ex is that writer, nil otherwise (the caller then
+// sends the statement's text).
+func (q *Queue) preparedInsert(ctx context.Context, ex execer, n int) *sql.Stmt {
+	if n != 1 || q.writer == nil || ex != execer(q.writer) {
 		return nil
 	}
 	if q.insertOne == nil {
